@@ -1,0 +1,800 @@
+//! Trust-level policies: what a session's container may see and use.
+//!
+//! Policies are the single source of every mount, limit and flag a container gets, so loading is
+//! strict (unknown keys and bad values are errors with file, line and column) and layering only
+//! ever narrows: a project's `golem.yaml` or a command-line flag can take access away, never add it.
+//! All YAML parsing in the crate lives here and in the worker-definition loader.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{Limit, Size};
+
+/// The four trust levels, ordered from least to most trusted.
+///
+/// The order matters: every level's ceilings are at least those of the level below it, which
+/// [`Policy::validate`] checks, so a mistake in a policy file cannot put a hole in the ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrustLevel {
+    /// Content from anywhere: inputs read-only, no project access.
+    Untrusted,
+    /// Adds the project's persistent scratch space.
+    Session,
+    /// Adds the project's git repository, read-only.
+    Workspace,
+    /// Adds write access to the repository and the option of a network.
+    Full,
+}
+
+impl TrustLevel {
+    /// Every level, lowest first.
+    pub const ALL: [TrustLevel; 4] = [
+        TrustLevel::Untrusted,
+        TrustLevel::Session,
+        TrustLevel::Workspace,
+        TrustLevel::Full,
+    ];
+
+    /// The lowercase name used in files, labels and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustLevel::Untrusted => "untrusted",
+            TrustLevel::Session => "session",
+            TrustLevel::Workspace => "workspace",
+            TrustLevel::Full => "full",
+        }
+    }
+
+    /// The most access a policy of this level may ever grant, whatever its file says.
+    fn ceiling(self) -> (Access, Access) {
+        // (workspace, repo)
+        match self {
+            TrustLevel::Untrusted => (Access::None, Access::None),
+            TrustLevel::Session => (Access::Rw, Access::None),
+            TrustLevel::Workspace => (Access::Rw, Access::Ro),
+            TrustLevel::Full => (Access::Rw, Access::Rw),
+        }
+    }
+}
+
+impl fmt::Display for TrustLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TrustLevel {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TrustLevel::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s)
+            .ok_or_else(|| PolicyError::UnknownLevel(s.to_string()))
+    }
+}
+
+/// How a host directory is mounted, ordered by how much it grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Not mounted at all.
+    None,
+    /// Mounted read-only.
+    Ro,
+    /// Mounted read-write.
+    Rw,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::None => "none",
+            Access::Ro => "ro",
+            Access::Rw => "rw",
+        })
+    }
+}
+
+/// Which host directories the container gets. `/output` is always there and is not a host path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mounts {
+    /// The session's inputs at `/input`; never writable, so a worker cannot alter its evidence.
+    pub input: Access,
+    /// The project's `.golem/workspace/` at `/workspace`.
+    pub workspace: Access,
+    /// The project's git repository at `/repo`.
+    pub repo: Access,
+}
+
+/// Network access; `none` everywhere unless the level allows a person to opt in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// The mode a session starts with; policy files must say `none`.
+    pub mode: NetworkMode,
+    /// Whether `run --allow-network` may switch this level to a bridged network.
+    pub allow_opt_in: bool,
+}
+
+/// Docker network modes golem-orch knows how to reason about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// Loopback only.
+    None,
+    /// Docker's default bridge, with egress.
+    Bridge,
+}
+
+impl NetworkMode {
+    /// The value Docker expects in `HostConfig.NetworkMode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::None => "none",
+            NetworkMode::Bridge => "bridge",
+        }
+    }
+}
+
+/// Kernel-enforced limits for the container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// Memory limit; swap is disabled so this is the whole budget.
+    pub memory: Size,
+    /// CPU share (1.0 = one core).
+    pub cpus: f64,
+    /// Maximum number of processes and threads, which stops fork bombs.
+    pub pids: u64,
+    /// Wall-clock limit after which the container is killed.
+    pub timeout: Limit,
+    /// Size of the noexec tmpfs at `/tmp`.
+    pub tmp: Size,
+}
+
+/// Caps on what may leave the container, enforced by the output volume and again by extraction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputLimits {
+    /// Total bytes of accepted files.
+    pub max_total_bytes: Size,
+    /// Number of accepted files.
+    pub max_files: u64,
+    /// Bytes of any one file.
+    pub max_file_bytes: Size,
+}
+
+/// The container's environment: only what is written here, never the host's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Env {
+    /// Fixed variables set in the container.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Names of host variables a person explicitly lets through; empty in every shipped policy.
+    #[serde(default)]
+    pub pass: Vec<String>,
+}
+
+/// One trust level's complete policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// The level this file describes; must match the file it was loaded for.
+    pub level: TrustLevel,
+    /// One line shown by `policy show`.
+    pub description: String,
+    /// Host directories the container sees.
+    pub mounts: Mounts,
+    /// Network access.
+    pub network: Network,
+    /// Kernel-enforced limits.
+    pub resources: Resources,
+    /// Output caps.
+    pub output: OutputLimits,
+    /// Numeric `uid:gid`; never root, and numeric because a scratch image has no user database.
+    pub user: String,
+    /// Environment.
+    #[serde(default)]
+    pub env: Env,
+    /// An OCI runtime registered with the engine (for example `runsc` for gVisor); engine default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+}
+
+/// Where a value came from, for error messages a person can jump to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// File name as the person knows it.
+    pub file: String,
+    /// 1-based line and column, when known.
+    pub line_col: Option<(usize, usize)>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line_col {
+            Some((l, c)) => write!(f, "{}:{}:{}", self.file, l, c),
+            None => write!(f, "{}", self.file),
+        }
+    }
+}
+
+/// Everything that can be wrong with a policy, a project file or a narrowing request.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The named trust level does not exist.
+    #[error("unknown trust level {0:?} (expected untrusted, session, workspace or full)")]
+    UnknownLevel(String),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file does not parse or has a bad value.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// Where.
+        at: Location,
+        /// What is wrong.
+        message: String,
+    },
+    /// A project file or flag asked for more than the level grants.
+    #[error("{at}: {key} may only narrow the {level} policy: {asked} is more than {allowed}")]
+    Widen {
+        /// Where the request was written.
+        at: Location,
+        /// The level being narrowed.
+        level: TrustLevel,
+        /// Dotted key.
+        key: String,
+        /// What was asked.
+        asked: String,
+        /// What the level allows.
+        allowed: String,
+    },
+}
+
+/// Shipped policies, compiled in so a fresh binary works anywhere; `--policy-dir` replaces them.
+const BUILTIN: [(TrustLevel, &str); 4] = [
+    (TrustLevel::Untrusted, include_str!("../../policies/untrusted.yaml")),
+    (TrustLevel::Session, include_str!("../../policies/session.yaml")),
+    (TrustLevel::Workspace, include_str!("../../policies/workspace.yaml")),
+    (TrustLevel::Full, include_str!("../../policies/full.yaml")),
+];
+
+/// The name a project's narrowing file must have.
+pub const PROJECT_FILE: &str = "golem.yaml";
+
+impl Policy {
+    /// Parses one policy file and checks it against its level's ceilings.
+    pub fn from_yaml(text: &str, file: &str, expect: TrustLevel) -> Result<Policy, PolicyError> {
+        let policy: Policy = parse_yaml(text, file)?;
+        let at = |key: &[&str]| Location {
+            file: file.to_string(),
+            line_col: locate(text, key),
+        };
+        if policy.level != expect {
+            return Err(PolicyError::Invalid {
+                at: at(&["level"]),
+                message: format!("this file must describe level {expect}, not {}", policy.level),
+            });
+        }
+        policy.validate().map_err(|(key, message)| PolicyError::Invalid {
+            at: at(&key.split('.').collect::<Vec<_>>()),
+            message: format!("{key}: {message}"),
+        })?;
+        Ok(policy)
+    }
+
+    /// Checks the invariants every policy must keep, returning the offending key and why.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((k.to_string(), m));
+        let (ws_max, repo_max) = self.level.ceiling();
+        if self.mounts.input == Access::Rw {
+            return err("mounts.input", "inputs are evidence and are never writable".into());
+        }
+        if self.mounts.workspace > ws_max {
+            return err("mounts.workspace", format!("level {} allows at most {ws_max}", self.level));
+        }
+        if self.mounts.repo > repo_max {
+            return err("mounts.repo", format!("level {} allows at most {repo_max}", self.level));
+        }
+        if self.network.mode != NetworkMode::None {
+            return err("network.mode", "every level starts with no network; use allow_opt_in".into());
+        }
+        if self.network.allow_opt_in && self.level != TrustLevel::Full {
+            return err("network.allow_opt_in", "only the full level may opt in to a network".into());
+        }
+        if !(self.resources.cpus > 0.0 && self.resources.cpus <= 1024.0) {
+            return err("resources.cpus", "must be a positive number of cores".into());
+        }
+        if self.resources.pids == 0 {
+            return err("resources.pids", "must be greater than zero".into());
+        }
+        if self.resources.memory.bytes() < 6 << 20 {
+            return err("resources.memory", "Docker needs at least 6MiB".into());
+        }
+        if self.output.max_files == 0 {
+            return err("output.max_files", "must be greater than zero".into());
+        }
+        if self.output.max_file_bytes > self.output.max_total_bytes {
+            return err("output.max_file_bytes", "cannot exceed output.max_total_bytes".into());
+        }
+        parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
+        for name in self.env.set.keys().chain(self.env.pass.iter()) {
+            if !valid_env_name(name) {
+                return err("env", format!("{name:?} is not a valid variable name"));
+            }
+        }
+        if let Some(rt) = &self.runtime {
+            if rt.is_empty() || !rt.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return err("runtime", format!("{rt:?} is not a runtime name"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `(uid, gid)` the container runs as.
+    pub fn uid_gid(&self) -> (u32, u32) {
+        // validate() guarantees this parses; fall back to nobody rather than panic.
+        parse_user(&self.user).unwrap_or((65534, 65534))
+    }
+}
+
+/// Parses a numeric, non-root `uid:gid`.
+fn parse_user(user: &str) -> Result<(u32, u32), String> {
+    let (u, g) = user
+        .split_once(':')
+        .ok_or_else(|| format!("{user:?} must be numeric uid:gid"))?;
+    let uid: u32 = u.parse().map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
+    let gid: u32 = g.parse().map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
+    if uid == 0 || gid == 0 {
+        return Err("the worker never runs as root (uid or gid 0)".into());
+    }
+    Ok((uid, gid))
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Parses YAML into `T`, turning serde's message into `file:line:column: message`.
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T, PolicyError> {
+    serde_yaml::from_str(text).map_err(|e| {
+        let line_col = e.location().map(|l| (l.line(), l.column()));
+        let mut message = e.to_string();
+        if let Some((l, c)) = line_col {
+            let suffix = format!(" at line {l} column {c}");
+            if let Some(i) = message.find(&suffix) {
+                message.replace_range(i..i + suffix.len(), "");
+            }
+        }
+        PolicyError::Invalid {
+            at: Location {
+                file: file.to_string(),
+                line_col,
+            },
+            message,
+        }
+    })
+}
+
+/// Finds the line and column of a nested block-style key, for errors found after parsing.
+///
+/// serde_yaml keeps no spans once a value is built, and narrowing errors are found only by
+/// comparing two parsed policies; a small indentation walk recovers the position well enough for
+/// the block style every policy uses. Flow style simply yields `None`.
+pub(crate) fn locate(text: &str, path: &[&str]) -> Option<(usize, usize)> {
+    let mut stack: Vec<(usize, &str)> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        let Some((key, _)) = trimmed.split_once(':') else {
+            continue;
+        };
+        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+        if key.is_empty() || key.contains(' ') {
+            continue;
+        }
+        while stack.last().is_some_and(|(ind, _)| *ind >= indent) {
+            stack.pop();
+        }
+        stack.push((indent, key));
+        if stack.len() == path.len() && stack.iter().zip(path).all(|((_, a), b)| a == b) {
+            return Some((i + 1, indent + 1));
+        }
+    }
+    None
+}
+
+/// A project's narrowing of one level; every field is optional and may only lower a value.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Overlay {
+    mounts: Option<MountsOverlay>,
+    network: Option<NetworkOverlay>,
+    resources: Option<ResourcesOverlay>,
+    output: Option<OutputOverlay>,
+    env: Option<EnvOverlay>,
+    runtime: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MountsOverlay {
+    input: Option<Access>,
+    workspace: Option<Access>,
+    repo: Option<Access>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkOverlay {
+    allow_opt_in: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResourcesOverlay {
+    memory: Option<Size>,
+    cpus: Option<f64>,
+    pids: Option<u64>,
+    timeout: Option<Limit>,
+    tmp: Option<Size>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputOverlay {
+    max_total_bytes: Option<Size>,
+    max_files: Option<u64>,
+    max_file_bytes: Option<Size>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvOverlay {
+    set: Option<BTreeMap<String, String>>,
+    pass: Option<Vec<String>>,
+}
+
+/// The project file: per-level narrowings. Other sections may be added by later features.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProjectFile {
+    #[serde(default)]
+    levels: BTreeMap<TrustLevel, Overlay>,
+}
+
+/// A policy after every layer was applied, with the files that shaped it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Effective {
+    /// The resulting policy.
+    #[serde(flatten)]
+    pub policy: Policy,
+    /// Files (or `builtin:...`) that were applied, in order.
+    pub sources: Vec<String>,
+}
+
+/// Loads the effective policy for `level`: the shipped (or `policy_dir`) policy, then the project file.
+pub fn load(level: TrustLevel, policy_dir: Option<&Path>, project_file: Option<&Path>) -> Result<Effective, PolicyError> {
+    let (mut policy, base_source) = match policy_dir {
+        Some(dir) => {
+            let path = dir.join(format!("{}.yaml", level.as_str()));
+            let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let shown = path.display().to_string();
+            (Policy::from_yaml(&text, &shown, level)?, shown)
+        }
+        None => {
+            let text = BUILTIN
+                .iter()
+                .find(|(l, _)| *l == level)
+                .map(|(_, t)| *t)
+                .unwrap_or_default();
+            let shown = format!("builtin:policies/{}.yaml", level.as_str());
+            (Policy::from_yaml(text, &shown, level)?, shown)
+        }
+    };
+    let mut sources = vec![base_source];
+    if let Some(path) = project_file {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let shown = path.display().to_string();
+        let project: ProjectFile = parse_yaml(&text, &shown)?;
+        if let Some(overlay) = project.levels.get(&level) {
+            narrow(&mut policy, overlay, &text, &shown)?;
+            sources.push(shown);
+        }
+    }
+    Ok(Effective { policy, sources })
+}
+
+/// Finds `golem.yaml` by walking up from `start`, the way git finds `.git`.
+pub fn find_project_file(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .map(|dir| dir.join(PROJECT_FILE))
+        .find(|p| p.is_file())
+}
+
+/// Applies one overlay, refusing anything that would widen the policy.
+fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<(), PolicyError> {
+    let level = policy.level;
+    let lname = level.as_str();
+    let widen = |key: &str, asked: String, allowed: String| {
+        let path: Vec<&str> = ["levels", lname].into_iter().chain(key.split('.')).collect();
+        PolicyError::Widen {
+            at: Location {
+                file: file.to_string(),
+                line_col: locate(text, &path),
+            },
+            level,
+            key: key.to_string(),
+            asked,
+            allowed,
+        }
+    };
+    fn lower<T: PartialOrd + Copy + fmt::Display>(
+        slot: &mut T,
+        asked: Option<T>,
+        key: &str,
+        widen: &dyn Fn(&str, String, String) -> PolicyError,
+    ) -> Result<(), PolicyError> {
+        if let Some(v) = asked {
+            if v > *slot {
+                return Err(widen(key, v.to_string(), slot.to_string()));
+            }
+            *slot = v;
+        }
+        Ok(())
+    }
+    if let Some(m) = &o.mounts {
+        lower(&mut policy.mounts.input, m.input, "mounts.input", &widen)?;
+        lower(&mut policy.mounts.workspace, m.workspace, "mounts.workspace", &widen)?;
+        lower(&mut policy.mounts.repo, m.repo, "mounts.repo", &widen)?;
+    }
+    if let Some(n) = &o.network {
+        lower(&mut policy.network.allow_opt_in, n.allow_opt_in, "network.allow_opt_in", &widen)?;
+    }
+    if let Some(r) = &o.resources {
+        lower(&mut policy.resources.memory, r.memory, "resources.memory", &widen)?;
+        lower(&mut policy.resources.cpus, r.cpus, "resources.cpus", &widen)?;
+        lower(&mut policy.resources.pids, r.pids, "resources.pids", &widen)?;
+        lower(&mut policy.resources.timeout, r.timeout, "resources.timeout", &widen)?;
+        lower(&mut policy.resources.tmp, r.tmp, "resources.tmp", &widen)?;
+    }
+    if let Some(out) = &o.output {
+        lower(&mut policy.output.max_total_bytes, out.max_total_bytes, "output.max_total_bytes", &widen)?;
+        lower(&mut policy.output.max_files, out.max_files, "output.max_files", &widen)?;
+        lower(&mut policy.output.max_file_bytes, out.max_file_bytes, "output.max_file_bytes", &widen)?;
+    }
+    if let Some(env) = &o.env {
+        if let Some(pass) = &env.pass {
+            if let Some(extra) = pass.iter().find(|n| !policy.env.pass.contains(n)) {
+                return Err(widen("env.pass", extra.clone(), format!("{:?}", policy.env.pass)));
+            }
+            policy.env.pass = pass.clone();
+        }
+        if let Some(set) = &env.set {
+            // Fixed values grant no access to anything; a project may choose them freely.
+            policy.env.set.extend(set.clone());
+        }
+    }
+    if let Some(rt) = &o.runtime {
+        policy.runtime = Some(rt.clone());
+    }
+    policy.validate().map_err(|(key, message)| PolicyError::Invalid {
+        at: Location {
+            file: file.to_string(),
+            line_col: locate(text, &["levels", lname]),
+        },
+        message: format!("{key}: {message}"),
+    })
+}
+
+/// Lowers the memory and timeout for one run; asking for more than the policy allows is an error.
+pub fn narrow_for_run(policy: &mut Policy, memory: Option<Size>, timeout: Option<Limit>) -> Result<(), PolicyError> {
+    let flag = |name: &str| Location {
+        file: format!("--{name}"),
+        line_col: None,
+    };
+    if let Some(m) = memory {
+        if m > policy.resources.memory {
+            return Err(PolicyError::Widen {
+                at: flag("memory"),
+                level: policy.level,
+                key: "resources.memory".into(),
+                asked: m.to_string(),
+                allowed: policy.resources.memory.to_string(),
+            });
+        }
+        if m.bytes() < 6 << 20 {
+            return Err(PolicyError::Invalid {
+                at: flag("memory"),
+                message: "Docker needs at least 6MiB".into(),
+            });
+        }
+        policy.resources.memory = m;
+    }
+    if let Some(t) = timeout {
+        if t > policy.resources.timeout {
+            return Err(PolicyError::Widen {
+                at: flag("timeout"),
+                level: policy.level,
+                key: "resources.timeout".into(),
+                asked: t.to_string(),
+                allowed: policy.resources.timeout.to_string(),
+            });
+        }
+        policy.resources.timeout = t;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin(level: TrustLevel) -> Policy {
+        load(level, None, None).unwrap().policy
+    }
+
+    fn with_project(level: TrustLevel, yaml: &str) -> Result<Effective, PolicyError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(PROJECT_FILE);
+        std::fs::write(&path, yaml).unwrap();
+        load(level, None, Some(&path))
+    }
+
+    #[test]
+    fn shipped_policies_load_and_climb_the_ladder() {
+        let all: Vec<Policy> = TrustLevel::ALL.into_iter().map(builtin).collect();
+        for pair in all.windows(2) {
+            assert!(pair[0].mounts.workspace <= pair[1].mounts.workspace);
+            assert!(pair[0].mounts.repo <= pair[1].mounts.repo);
+            assert!(pair[0].resources.memory <= pair[1].resources.memory);
+            assert!(pair[0].output.max_total_bytes <= pair[1].output.max_total_bytes);
+        }
+        for p in &all {
+            assert_eq!(p.network.mode, NetworkMode::None, "{} must start without network", p.level);
+            assert!(p.env.pass.is_empty(), "{} must not pass host variables", p.level);
+            assert_ne!(p.uid_gid().0, 0);
+        }
+        assert_eq!(all[0].mounts.workspace, Access::None);
+        assert_eq!(all[1].mounts.workspace, Access::Rw);
+        assert_eq!(all[2].mounts.repo, Access::Ro);
+        assert_eq!(all[3].mounts.repo, Access::Rw);
+        assert!(all[3].network.allow_opt_in && !all[2].network.allow_opt_in);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_line_and_column() {
+        let text = BUILTIN[0].1.replace("  pids: 64", "  pids: 64\n  pidz: 3");
+        let err = Policy::from_yaml(&text, "untrusted.yaml", TrustLevel::Untrusted).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("untrusted.yaml:"), "{msg}");
+        assert!(msg.contains("pidz"), "{msg}");
+        let PolicyError::Invalid { at, .. } = err else { panic!("wrong error") };
+        let (line, _) = at.line_col.expect("location");
+        assert_eq!(text.lines().nth(line - 1).unwrap().trim(), "pidz: 3");
+    }
+
+    #[test]
+    fn bad_value_is_an_error_with_location() {
+        let text = BUILTIN[0].1.replace("memory: 512MiB", "memory: lots");
+        let msg = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap_err().to_string();
+        assert!(msg.contains("u.yaml:") && msg.contains("lots"), "{msg}");
+    }
+
+    #[test]
+    fn a_policy_file_cannot_exceed_its_level() {
+        let text = BUILTIN[0].1.replace("  repo: none", "  repo: ro");
+        let msg = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap_err().to_string();
+        assert!(msg.contains("mounts.repo"), "{msg}");
+        let text = BUILTIN[2].1.replace("allow_opt_in: false", "allow_opt_in: true");
+        assert!(Policy::from_yaml(&text, "w.yaml", TrustLevel::Workspace).is_err());
+        let text = BUILTIN[0].1.replace("\"65534:65534\"", "\"0:0\"");
+        assert!(Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err());
+        let text = BUILTIN[0].1.replace("  mode: none", "  mode: bridge");
+        assert!(Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err());
+        let text = BUILTIN[0].1.replace("input: ro", "input: rw");
+        assert!(Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err());
+    }
+
+    #[test]
+    fn a_file_for_the_wrong_level_is_refused() {
+        let err = Policy::from_yaml(BUILTIN[1].1, "untrusted.yaml", TrustLevel::Untrusted).unwrap_err();
+        assert!(err.to_string().contains("must describe level untrusted"), "{err}");
+    }
+
+    #[test]
+    fn project_file_narrows() {
+        let eff = with_project(
+            TrustLevel::Session,
+            "levels:\n  session:\n    mounts:\n      workspace: ro\n    resources:\n      memory: 128m\n      timeout: 30s\n    output:\n      max_files: 10\n",
+        )
+        .unwrap();
+        assert_eq!(eff.policy.mounts.workspace, Access::Ro);
+        assert_eq!(eff.policy.resources.memory, Size(128 << 20));
+        assert_eq!(eff.policy.output.max_files, 10);
+        assert_eq!(eff.sources.len(), 2);
+    }
+
+    #[test]
+    fn project_file_cannot_widen_and_says_where() {
+        let yaml = "levels:\n  untrusted:\n    resources:\n      memory: 8g\n";
+        let err = with_project(TrustLevel::Untrusted, yaml).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(":4:7:"), "{msg}");
+        assert!(msg.contains("resources.memory") && msg.contains("8GiB"), "{msg}");
+        for yaml in [
+            "levels:\n  untrusted:\n    mounts:\n      repo: ro\n",
+            "levels:\n  workspace:\n    network:\n      allow_opt_in: true\n",
+            "levels:\n  untrusted:\n    env:\n      pass: [HOME]\n",
+            "levels:\n  untrusted:\n    output:\n      max_total_bytes: 1g\n",
+        ] {
+            let level = if yaml.contains("workspace:") { TrustLevel::Workspace } else { TrustLevel::Untrusted };
+            assert!(with_project(level, yaml).is_err(), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn project_file_for_another_level_leaves_this_one_alone() {
+        let eff = with_project(TrustLevel::Untrusted, "levels:\n  full:\n    resources:\n      cpus: 0.5\n").unwrap();
+        assert_eq!(eff.policy, builtin(TrustLevel::Untrusted));
+    }
+
+    #[test]
+    fn project_file_typos_are_located() {
+        let err = with_project(TrustLevel::Untrusted, "levels:\n  untrusted:\n    resorces:\n      memory: 1m\n").unwrap_err();
+        assert!(err.to_string().contains(":3:"), "{err}");
+        let err = with_project(TrustLevel::Untrusted, "levels:\n  untrustd: {}\n").unwrap_err();
+        assert!(err.to_string().contains("untrustd"), "{err}");
+    }
+
+    #[test]
+    fn run_flags_lower_but_never_raise() {
+        let mut p = builtin(TrustLevel::Untrusted);
+        narrow_for_run(&mut p, Some(Size(256 << 20)), Some(Limit::parse("30s").unwrap())).unwrap();
+        assert_eq!(p.resources.memory, Size(256 << 20));
+        let err = narrow_for_run(&mut p, Some(Size(1 << 30)), None).unwrap_err();
+        assert!(err.to_string().contains("--memory"), "{err}");
+        assert!(narrow_for_run(&mut p, None, Some(Limit::parse("1h").unwrap())).is_err());
+    }
+
+    #[test]
+    fn locate_finds_nested_keys() {
+        let text = "a:\n  b:\n    c: 1\n  d: 2\nb:\n  c: 3\n";
+        assert_eq!(locate(text, &["a", "b", "c"]), Some((3, 5)));
+        assert_eq!(locate(text, &["b", "c"]), Some((6, 3)));
+        assert_eq!(locate(text, &["a", "c"]), None);
+    }
+
+    #[test]
+    fn project_file_is_found_walking_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("x/y");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(dir.path().join(PROJECT_FILE), "levels: {}\n").unwrap();
+        assert_eq!(find_project_file(&deep), Some(dir.path().join(PROJECT_FILE)));
+    }
+}
