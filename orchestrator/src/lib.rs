@@ -4,5 +4,17 @@
 //! The binary (`src/main.rs`) is a thin shell over this library; see `ARCHITECTURE.md` for the
 //! flow of one session and the invariants each module keeps.
 
+pub mod audit;
+pub mod container;
+pub mod engine;
+pub mod extract;
+pub mod gc;
+pub mod home;
+pub mod image;
+pub mod intake;
+pub mod owner;
+pub mod plan;
 pub mod policy;
+pub mod session;
+pub mod stage;
 pub mod units;

@@ -265,9 +265,18 @@ pub enum PolicyError {
 
 /// Shipped policies, compiled in so a fresh binary works anywhere; `--policy-dir` replaces them.
 const BUILTIN: [(TrustLevel, &str); 4] = [
-    (TrustLevel::Untrusted, include_str!("../../policies/untrusted.yaml")),
-    (TrustLevel::Session, include_str!("../../policies/session.yaml")),
-    (TrustLevel::Workspace, include_str!("../../policies/workspace.yaml")),
+    (
+        TrustLevel::Untrusted,
+        include_str!("../../policies/untrusted.yaml"),
+    ),
+    (
+        TrustLevel::Session,
+        include_str!("../../policies/session.yaml"),
+    ),
+    (
+        TrustLevel::Workspace,
+        include_str!("../../policies/workspace.yaml"),
+    ),
     (TrustLevel::Full, include_str!("../../policies/full.yaml")),
 ];
 
@@ -285,13 +294,18 @@ impl Policy {
         if policy.level != expect {
             return Err(PolicyError::Invalid {
                 at: at(&["level"]),
-                message: format!("this file must describe level {expect}, not {}", policy.level),
+                message: format!(
+                    "this file must describe level {expect}, not {}",
+                    policy.level
+                ),
             });
         }
-        policy.validate().map_err(|(key, message)| PolicyError::Invalid {
-            at: at(&key.split('.').collect::<Vec<_>>()),
-            message: format!("{key}: {message}"),
-        })?;
+        policy
+            .validate()
+            .map_err(|(key, message)| PolicyError::Invalid {
+                at: at(&key.split('.').collect::<Vec<_>>()),
+                message: format!("{key}: {message}"),
+            })?;
         Ok(policy)
     }
 
@@ -300,22 +314,40 @@ impl Policy {
         let err = |k: &str, m: String| Err((k.to_string(), m));
         let (ws_max, repo_max) = self.level.ceiling();
         if self.mounts.input == Access::Rw {
-            return err("mounts.input", "inputs are evidence and are never writable".into());
+            return err(
+                "mounts.input",
+                "inputs are evidence and are never writable".into(),
+            );
         }
         if self.mounts.workspace > ws_max {
-            return err("mounts.workspace", format!("level {} allows at most {ws_max}", self.level));
+            return err(
+                "mounts.workspace",
+                format!("level {} allows at most {ws_max}", self.level),
+            );
         }
         if self.mounts.repo > repo_max {
-            return err("mounts.repo", format!("level {} allows at most {repo_max}", self.level));
+            return err(
+                "mounts.repo",
+                format!("level {} allows at most {repo_max}", self.level),
+            );
         }
         if self.network.mode != NetworkMode::None {
-            return err("network.mode", "every level starts with no network; use allow_opt_in".into());
+            return err(
+                "network.mode",
+                "every level starts with no network; use allow_opt_in".into(),
+            );
         }
         if self.network.allow_opt_in && self.level != TrustLevel::Full {
-            return err("network.allow_opt_in", "only the full level may opt in to a network".into());
+            return err(
+                "network.allow_opt_in",
+                "only the full level may opt in to a network".into(),
+            );
         }
         if !(self.resources.cpus > 0.0 && self.resources.cpus <= 1024.0) {
-            return err("resources.cpus", "must be a positive number of cores".into());
+            return err(
+                "resources.cpus",
+                "must be a positive number of cores".into(),
+            );
         }
         if self.resources.pids == 0 {
             return err("resources.pids", "must be greater than zero".into());
@@ -327,7 +359,10 @@ impl Policy {
             return err("output.max_files", "must be greater than zero".into());
         }
         if self.output.max_file_bytes > self.output.max_total_bytes {
-            return err("output.max_file_bytes", "cannot exceed output.max_total_bytes".into());
+            return err(
+                "output.max_file_bytes",
+                "cannot exceed output.max_total_bytes".into(),
+            );
         }
         parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
         for name in self.env.set.keys().chain(self.env.pass.iter()) {
@@ -336,7 +371,11 @@ impl Policy {
             }
         }
         if let Some(rt) = &self.runtime {
-            if rt.is_empty() || !rt.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            if rt.is_empty()
+                || !rt
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
                 return err("runtime", format!("{rt:?} is not a runtime name"));
             }
         }
@@ -355,8 +394,12 @@ fn parse_user(user: &str) -> Result<(u32, u32), String> {
     let (u, g) = user
         .split_once(':')
         .ok_or_else(|| format!("{user:?} must be numeric uid:gid"))?;
-    let uid: u32 = u.parse().map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
-    let gid: u32 = g.parse().map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
+    let uid: u32 = u
+        .parse()
+        .map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
+    let gid: u32 = g
+        .parse()
+        .map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
     if uid == 0 || gid == 0 {
         return Err("the worker never runs as root (uid or gid 0)".into());
     }
@@ -370,7 +413,10 @@ fn valid_env_name(name: &str) -> bool {
 }
 
 /// Parses YAML into `T`, turning serde's message into `file:line:column: message`.
-pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T, PolicyError> {
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    file: &str,
+) -> Result<T, PolicyError> {
     serde_yaml::from_str(text).map_err(|e| {
         let line_col = e.location().map(|l| (l.line(), l.column()));
         let mut message = e.to_string();
@@ -491,7 +537,11 @@ pub struct Effective {
 }
 
 /// Loads the effective policy for `level`: the shipped (or `policy_dir`) policy, then the project file.
-pub fn load(level: TrustLevel, policy_dir: Option<&Path>, project_file: Option<&Path>) -> Result<Effective, PolicyError> {
+pub fn load(
+    level: TrustLevel,
+    policy_dir: Option<&Path>,
+    project_file: Option<&Path>,
+) -> Result<Effective, PolicyError> {
     let (mut policy, base_source) = match policy_dir {
         Some(dir) => {
             let path = dir.join(format!("{}.yaml", level.as_str()));
@@ -541,7 +591,10 @@ fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<()
     let level = policy.level;
     let lname = level.as_str();
     let widen = |key: &str, asked: String, allowed: String| {
-        let path: Vec<&str> = ["levels", lname].into_iter().chain(key.split('.')).collect();
+        let path: Vec<&str> = ["levels", lname]
+            .into_iter()
+            .chain(key.split('.'))
+            .collect();
         PolicyError::Widen {
             at: Location {
                 file: file.to_string(),
@@ -569,28 +622,67 @@ fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<()
     }
     if let Some(m) = &o.mounts {
         lower(&mut policy.mounts.input, m.input, "mounts.input", &widen)?;
-        lower(&mut policy.mounts.workspace, m.workspace, "mounts.workspace", &widen)?;
+        lower(
+            &mut policy.mounts.workspace,
+            m.workspace,
+            "mounts.workspace",
+            &widen,
+        )?;
         lower(&mut policy.mounts.repo, m.repo, "mounts.repo", &widen)?;
     }
     if let Some(n) = &o.network {
-        lower(&mut policy.network.allow_opt_in, n.allow_opt_in, "network.allow_opt_in", &widen)?;
+        lower(
+            &mut policy.network.allow_opt_in,
+            n.allow_opt_in,
+            "network.allow_opt_in",
+            &widen,
+        )?;
     }
     if let Some(r) = &o.resources {
-        lower(&mut policy.resources.memory, r.memory, "resources.memory", &widen)?;
+        lower(
+            &mut policy.resources.memory,
+            r.memory,
+            "resources.memory",
+            &widen,
+        )?;
         lower(&mut policy.resources.cpus, r.cpus, "resources.cpus", &widen)?;
         lower(&mut policy.resources.pids, r.pids, "resources.pids", &widen)?;
-        lower(&mut policy.resources.timeout, r.timeout, "resources.timeout", &widen)?;
+        lower(
+            &mut policy.resources.timeout,
+            r.timeout,
+            "resources.timeout",
+            &widen,
+        )?;
         lower(&mut policy.resources.tmp, r.tmp, "resources.tmp", &widen)?;
     }
     if let Some(out) = &o.output {
-        lower(&mut policy.output.max_total_bytes, out.max_total_bytes, "output.max_total_bytes", &widen)?;
-        lower(&mut policy.output.max_files, out.max_files, "output.max_files", &widen)?;
-        lower(&mut policy.output.max_file_bytes, out.max_file_bytes, "output.max_file_bytes", &widen)?;
+        lower(
+            &mut policy.output.max_total_bytes,
+            out.max_total_bytes,
+            "output.max_total_bytes",
+            &widen,
+        )?;
+        lower(
+            &mut policy.output.max_files,
+            out.max_files,
+            "output.max_files",
+            &widen,
+        )?;
+        lower(
+            &mut policy.output.max_file_bytes,
+            out.max_file_bytes,
+            "output.max_file_bytes",
+            &widen,
+        )?;
     }
     if let Some(env) = &o.env {
         if let Some(pass) = &env.pass {
             if let Some(extra) = pass.iter().find(|n| !policy.env.pass.contains(n)) {
-                return Err(widen("env.pass", extra.clone(), format!("{:?}", policy.env.pass)));
+                return Err(widen(
+                    "env.pass",
+                    extra.clone(),
+                    format!("{:?}", policy.env.pass),
+                ));
             }
             policy.env.pass = pass.clone();
         }
@@ -602,17 +694,23 @@ fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<()
     if let Some(rt) = &o.runtime {
         policy.runtime = Some(rt.clone());
     }
-    policy.validate().map_err(|(key, message)| PolicyError::Invalid {
-        at: Location {
-            file: file.to_string(),
-            line_col: locate(text, &["levels", lname]),
-        },
-        message: format!("{key}: {message}"),
-    })
+    policy
+        .validate()
+        .map_err(|(key, message)| PolicyError::Invalid {
+            at: Location {
+                file: file.to_string(),
+                line_col: locate(text, &["levels", lname]),
+            },
+            message: format!("{key}: {message}"),
+        })
 }
 
 /// Lowers the memory and timeout for one run; asking for more than the policy allows is an error.
-pub fn narrow_for_run(policy: &mut Policy, memory: Option<Size>, timeout: Option<Limit>) -> Result<(), PolicyError> {
+pub fn narrow_for_run(
+    policy: &mut Policy,
+    memory: Option<Size>,
+    timeout: Option<Limit>,
+) -> Result<(), PolicyError> {
     let flag = |name: &str| Location {
         file: format!("--{name}"),
         line_col: None,
@@ -675,8 +773,17 @@ mod tests {
             assert!(pair[0].output.max_total_bytes <= pair[1].output.max_total_bytes);
         }
         for p in &all {
-            assert_eq!(p.network.mode, NetworkMode::None, "{} must start without network", p.level);
-            assert!(p.env.pass.is_empty(), "{} must not pass host variables", p.level);
+            assert_eq!(
+                p.network.mode,
+                NetworkMode::None,
+                "{} must start without network",
+                p.level
+            );
+            assert!(
+                p.env.pass.is_empty(),
+                "{} must not pass host variables",
+                p.level
+            );
             assert_ne!(p.uid_gid().0, 0);
         }
         assert_eq!(all[0].mounts.workspace, Access::None);
@@ -693,7 +800,9 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.starts_with("untrusted.yaml:"), "{msg}");
         assert!(msg.contains("pidz"), "{msg}");
-        let PolicyError::Invalid { at, .. } = err else { panic!("wrong error") };
+        let PolicyError::Invalid { at, .. } = err else {
+            panic!("wrong error")
+        };
         let (line, _) = at.line_col.expect("location");
         assert_eq!(text.lines().nth(line - 1).unwrap().trim(), "pidz: 3");
     }
@@ -701,16 +810,22 @@ mod tests {
     #[test]
     fn bad_value_is_an_error_with_location() {
         let text = BUILTIN[0].1.replace("memory: 512MiB", "memory: lots");
-        let msg = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap_err().to_string();
+        let msg = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("u.yaml:") && msg.contains("lots"), "{msg}");
     }
 
     #[test]
     fn a_policy_file_cannot_exceed_its_level() {
         let text = BUILTIN[0].1.replace("  repo: none", "  repo: ro");
-        let msg = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap_err().to_string();
+        let msg = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("mounts.repo"), "{msg}");
-        let text = BUILTIN[2].1.replace("allow_opt_in: false", "allow_opt_in: true");
+        let text = BUILTIN[2]
+            .1
+            .replace("allow_opt_in: false", "allow_opt_in: true");
         assert!(Policy::from_yaml(&text, "w.yaml", TrustLevel::Workspace).is_err());
         let text = BUILTIN[0].1.replace("\"65534:65534\"", "\"0:0\"");
         assert!(Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err());
@@ -722,8 +837,12 @@ mod tests {
 
     #[test]
     fn a_file_for_the_wrong_level_is_refused() {
-        let err = Policy::from_yaml(BUILTIN[1].1, "untrusted.yaml", TrustLevel::Untrusted).unwrap_err();
-        assert!(err.to_string().contains("must describe level untrusted"), "{err}");
+        let err =
+            Policy::from_yaml(BUILTIN[1].1, "untrusted.yaml", TrustLevel::Untrusted).unwrap_err();
+        assert!(
+            err.to_string().contains("must describe level untrusted"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -745,27 +864,42 @@ mod tests {
         let err = with_project(TrustLevel::Untrusted, yaml).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains(":4:7:"), "{msg}");
-        assert!(msg.contains("resources.memory") && msg.contains("8GiB"), "{msg}");
+        assert!(
+            msg.contains("resources.memory") && msg.contains("8GiB"),
+            "{msg}"
+        );
         for yaml in [
             "levels:\n  untrusted:\n    mounts:\n      repo: ro\n",
             "levels:\n  workspace:\n    network:\n      allow_opt_in: true\n",
             "levels:\n  untrusted:\n    env:\n      pass: [HOME]\n",
             "levels:\n  untrusted:\n    output:\n      max_total_bytes: 1g\n",
         ] {
-            let level = if yaml.contains("workspace:") { TrustLevel::Workspace } else { TrustLevel::Untrusted };
+            let level = if yaml.contains("workspace:") {
+                TrustLevel::Workspace
+            } else {
+                TrustLevel::Untrusted
+            };
             assert!(with_project(level, yaml).is_err(), "{yaml}");
         }
     }
 
     #[test]
     fn project_file_for_another_level_leaves_this_one_alone() {
-        let eff = with_project(TrustLevel::Untrusted, "levels:\n  full:\n    resources:\n      cpus: 0.5\n").unwrap();
+        let eff = with_project(
+            TrustLevel::Untrusted,
+            "levels:\n  full:\n    resources:\n      cpus: 0.5\n",
+        )
+        .unwrap();
         assert_eq!(eff.policy, builtin(TrustLevel::Untrusted));
     }
 
     #[test]
     fn project_file_typos_are_located() {
-        let err = with_project(TrustLevel::Untrusted, "levels:\n  untrusted:\n    resorces:\n      memory: 1m\n").unwrap_err();
+        let err = with_project(
+            TrustLevel::Untrusted,
+            "levels:\n  untrusted:\n    resorces:\n      memory: 1m\n",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains(":3:"), "{err}");
         let err = with_project(TrustLevel::Untrusted, "levels:\n  untrustd: {}\n").unwrap_err();
         assert!(err.to_string().contains("untrustd"), "{err}");
@@ -774,7 +908,12 @@ mod tests {
     #[test]
     fn run_flags_lower_but_never_raise() {
         let mut p = builtin(TrustLevel::Untrusted);
-        narrow_for_run(&mut p, Some(Size(256 << 20)), Some(Limit::parse("30s").unwrap())).unwrap();
+        narrow_for_run(
+            &mut p,
+            Some(Size(256 << 20)),
+            Some(Limit::parse("30s").unwrap()),
+        )
+        .unwrap();
         assert_eq!(p.resources.memory, Size(256 << 20));
         let err = narrow_for_run(&mut p, Some(Size(1 << 30)), None).unwrap_err();
         assert!(err.to_string().contains("--memory"), "{err}");
@@ -795,6 +934,9 @@ mod tests {
         let deep = dir.path().join("x/y");
         std::fs::create_dir_all(&deep).unwrap();
         std::fs::write(dir.path().join(PROJECT_FILE), "levels: {}\n").unwrap();
-        assert_eq!(find_project_file(&deep), Some(dir.path().join(PROJECT_FILE)));
+        assert_eq!(
+            find_project_file(&deep),
+            Some(dir.path().join(PROJECT_FILE))
+        );
     }
 }

@@ -20,7 +20,9 @@ pub struct Size(pub u64);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnitError {
     /// The text is not a number followed by a known unit.
-    #[error("invalid size {0:?}: expected a number with an optional unit such as 64k, 256m, 1g, 512MiB")]
+    #[error(
+        "invalid size {0:?}: expected a number with an optional unit such as 64k, 256m, 1g, 512MiB"
+    )]
     BadSize(String),
     /// The text is not a duration such as `30s` or `5m`.
     #[error("invalid duration {0:?}: expected a number with a unit such as 30s, 5m, 1h")]
@@ -39,7 +41,9 @@ impl Size {
         if digits.is_empty() {
             return Err(UnitError::BadSize(text.to_string()));
         }
-        let n: u64 = digits.parse().map_err(|_| UnitError::BadSize(text.to_string()))?;
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| UnitError::BadSize(text.to_string()))?;
         let mult: u64 = match unit.trim() {
             "" | "b" | "B" => 1,
             "k" | "K" | "KiB" | "kib" => 1 << 10,
@@ -70,7 +74,12 @@ impl Size {
 impl fmt::Display for Size {
     /// Prints the largest binary unit that divides the value exactly, so output round-trips.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+        const UNITS: [(u64, &str); 4] = [
+            (1 << 40, "TiB"),
+            (1 << 30, "GiB"),
+            (1 << 20, "MiB"),
+            (1 << 10, "KiB"),
+        ];
         for (mult, name) in UNITS {
             if self.0 >= mult && self.0 % mult == 0 {
                 return write!(f, "{}{}", self.0 / mult, name);
@@ -183,7 +192,17 @@ mod tests {
 
     #[test]
     fn bad_sizes_are_refused() {
-        for bad in ["", "m", "12q", "-1m", "1.5g", "0", "0m", "99999999999999999999g", "1 g b"] {
+        for bad in [
+            "",
+            "m",
+            "12q",
+            "-1m",
+            "1.5g",
+            "0",
+            "0m",
+            "99999999999999999999g",
+            "1 g b",
+        ] {
             assert!(Size::parse(bad).is_err(), "{bad:?} should be refused");
         }
     }
@@ -199,8 +218,14 @@ mod tests {
 
     #[test]
     fn durations_parse_and_refuse_zero() {
-        assert_eq!(Limit::parse("30s").unwrap().duration(), Duration::from_secs(30));
-        assert_eq!(Limit::parse("5m").unwrap().duration(), Duration::from_secs(300));
+        assert_eq!(
+            Limit::parse("30s").unwrap().duration(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            Limit::parse("5m").unwrap().duration(),
+            Duration::from_secs(300)
+        );
         assert!(Limit::parse("0s").is_err());
         assert!(Limit::parse("soon").is_err());
         assert!(Limit::parse("").is_err());

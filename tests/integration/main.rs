@@ -1,1 +1,7 @@
+//! golem-orch's integration tests: user stories run against the real Docker engine.
+//!
+//! Every test drives the real binary with its own project and state directory and ends by
+//! checking that no container or volume of its own is left in the engine.
 
+mod harness;
+mod session;

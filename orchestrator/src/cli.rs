@@ -1,0 +1,769 @@
+//! Command-line interface: argument parsing, human and `--json` output, exit codes.
+//!
+//! This is the binary's edge: library errors become one `golem-orch: ...` line on stderr and a
+//! non-zero exit code here, and nowhere else.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use golem_orch::audit::Audit;
+use golem_orch::home::{self, Home};
+use golem_orch::intake::{self, IntakeLimits};
+use golem_orch::policy::{self, TrustLevel};
+use golem_orch::session::{self, RunOptions, SessionStatus};
+use golem_orch::stage::Stage;
+use golem_orch::units::{Limit, Size};
+use golem_orch::{engine, gc, image, plan};
+
+const AFTER_HELP: &str = "\
+Trust levels (lowest first): untrusted, session, workspace, full. See `golem-orch policy show LEVEL`.
+
+Typical flow:
+  golem-orch run --untrusted https://example.org/paper.pdf   # parse it in a locked container
+  golem-orch staged                                           # what is waiting for review
+  golem-orch show ID                                          # provenance, files, rejected entries
+
+State lives in ./.golem (or --home / GOLEM_HOME). Nothing is ever pulled from a registry.";
+
+/// Run untrusted content in a locked Docker container and clear its output through a reviewable stage.
+#[derive(Debug, Parser)]
+#[command(name = "golem-orch", version, about, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// State directory (default: ./.golem).
+    #[arg(long, global = true, env = "GOLEM_HOME", value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Load the four level policies from DIR instead of the built-in ones.
+    #[arg(long, global = true, env = "GOLEM_POLICY_DIR", value_name = "DIR")]
+    policy_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one session: take inputs in, process them in one locked container, stage the output.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// List sessions, newest first.
+    Sessions(JsonFlag),
+    /// Print a session's captured worker output (control characters escaped).
+    Logs {
+        /// Session id or unique prefix.
+        session: String,
+    },
+    /// List staged commits: pending first, then pushed and discarded.
+    Staged(JsonFlag),
+    /// Show a staged commit's manifest: provenance, files, rejected entries.
+    Show {
+        /// Staged commit id or unique prefix.
+        id: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Build the golem-worker image.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
+    /// Inspect trust-level policies.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Check that everything a session needs is in place.
+    Doctor(JsonFlag),
+    /// Remove containers and volumes whose orchestrator died, and mark their sessions failed.
+    Gc(JsonFlag),
+    /// Show the append-only audit log.
+    Audit {
+        /// Only this session's records.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Check the hash chain: exits non-zero if a past record was changed or removed.
+        #[arg(long)]
+        verify: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build (or rebuild) golem-worker from the binary embedded in golem-orch; never pulls.
+    Build(JsonFlag),
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Print the effective policy for LEVEL after the project's golem.yaml is applied.
+    Show {
+        /// untrusted, session, workspace or full.
+        level: TrustLevel,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+#[derive(Debug, Args, Clone, Copy)]
+struct JsonFlag {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+const RUN_HELP: &str = "\
+Inputs are files, directories (taken recursively) and http(s) URLs. URLs are downloaded on the
+host with a size cap, a timeout and a redirect limit; the host never parses content.
+
+The worker sees its inputs read-only at /input and writes to /output; the output is validated
+entry by entry and staged in .golem/staged/<id>/ for review. Use --image IMAGE -- ARGS... to run
+your own local image under the same policy (ARGS replace the image's command, as with docker run).
+
+--json prints one object: {session, status, exit_code, staged, timed_out, oom_killed, files,
+bytes, rejected, error, logs}. status is staged, failed, timeout, oom, rejected or cancelled.
+
+Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
+worker exited non-zero; 4 timeout; 5 out of memory; 6 output rejected; 130 cancelled.";
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Files, directories or http(s) URLs to process.
+    #[arg(value_name = "INPUT")]
+    inputs: Vec<String>,
+    /// Trust level for the session.
+    #[arg(long, value_name = "LEVEL", default_value = "untrusted", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
+    trust: TrustLevel,
+    /// Same as --trust untrusted (the default).
+    #[arg(long)]
+    untrusted: bool,
+    /// Same as --trust session.
+    #[arg(long)]
+    session: bool,
+    /// Same as --trust workspace.
+    #[arg(long)]
+    workspace: bool,
+    /// Same as --trust full.
+    #[arg(long)]
+    full: bool,
+    /// Run this local image instead of golem-worker (never pulled).
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<String>,
+    /// Lower the policy's wall-clock limit for this run (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<Limit>,
+    /// Lower the policy's memory limit for this run (e.g. 256m, 1g, 512MiB).
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<Size>,
+    /// Largest download accepted per URL.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    max_download: Size,
+    /// Wall-clock limit per download.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    download_timeout: Limit,
+    /// Opt in to a network (only the full level allows it).
+    #[arg(long)]
+    allow_network: bool,
+    /// Keep the container and output volume afterwards for debugging (gc removes them later).
+    #[arg(long)]
+    keep: bool,
+    /// Print the exact container that would be created and start nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    json: JsonFlag,
+    /// Arguments for the image, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    command: Vec<String>,
+}
+
+impl RunArgs {
+    fn level(&self) -> TrustLevel {
+        if self.session {
+            TrustLevel::Session
+        } else if self.workspace {
+            TrustLevel::Workspace
+        } else if self.full {
+            TrustLevel::Full
+        } else if self.untrusted {
+            TrustLevel::Untrusted
+        } else {
+            self.trust
+        }
+    }
+}
+
+/// Parses arguments, runs the command and turns errors into one line and an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GOLEM_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("golem-orch: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the chain joined, newlines flattened so nothing a server sent can forge lines.
+            let msg = format!("{e:#}").replace(['\n', '\r'], " ");
+            eprintln!("golem-orch: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let policy_dir = cli.policy_dir.as_deref();
+    match cli.command {
+        Command::Run(args) => run(cli.home.as_deref(), policy_dir, args).await,
+        Command::Sessions(j) => sessions(&open_home(cli.home.as_deref())?, j.json),
+        Command::Logs { session } => logs(&open_home(cli.home.as_deref())?, &session),
+        Command::Staged(j) => staged(&open_home(cli.home.as_deref())?, j.json),
+        Command::Show { id, json } => show(&open_home(cli.home.as_deref())?, &id, json.json),
+        Command::Image {
+            command: ImageCommand::Build(j),
+        } => image_build(j.json).await,
+        Command::Policy {
+            command: PolicyCommand::Show { level, json },
+        } => policy_show(policy_dir, level, json.json),
+        Command::Doctor(j) => doctor(cli.home.as_deref(), policy_dir, j.json).await,
+        Command::Gc(j) => gc_cmd(&open_home(cli.home.as_deref())?, j.json).await,
+        Command::Audit {
+            session,
+            verify,
+            json,
+        } => audit(&open_home(cli.home.as_deref())?, session, verify, json.json),
+    }
+}
+
+fn open_home(explicit: Option<&Path>) -> Result<Home> {
+    Ok(Home::open(explicit)?)
+}
+
+fn project_file() -> Option<PathBuf> {
+    std::env::current_dir()
+        .ok()
+        .and_then(|d| policy::find_project_file(&d))
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+async fn run(
+    home_arg: Option<&Path>,
+    policy_dir: Option<&Path>,
+    args: RunArgs,
+) -> Result<ExitCode> {
+    let level = args.level();
+    let mut effective = policy::load(level, policy_dir, project_file().as_deref())?;
+    policy::narrow_for_run(&mut effective.policy, args.memory, args.timeout)?;
+    if args.inputs.is_empty() && args.image.is_none() {
+        bail!("nothing to process: give at least one file, directory or URL (see golem-orch run --help)");
+    }
+    if !args.command.is_empty() && args.image.is_none() {
+        bail!("arguments after -- are for --image IMAGE; golem-worker's command is fixed");
+    }
+    let sources = intake::classify(&args.inputs)?;
+    let repo = std::env::current_dir()
+        .ok()
+        .and_then(|d| session::find_repo(&d));
+    let opts = RunOptions {
+        policy: effective.policy.clone(),
+        sources,
+        image: args.image.clone(),
+        command: args.command.clone(),
+        keep: args.keep,
+        allow_network: args.allow_network,
+        repo,
+        intake: IntakeLimits {
+            max_download_bytes: args.max_download.bytes(),
+            download_timeout: args.download_timeout.duration(),
+            ..IntakeLimits::default()
+        },
+    };
+    if args.dry_run {
+        return dry_run(home_arg, &opts, args.json.json);
+    }
+
+    let home = open_home(home_arg)?;
+    let (docker, _) = engine::connect().await?;
+    // Leftovers of crashed runs go first; live sessions are never touched.
+    if let Err(e) = gc::collect(&docker, &home, gc::Scope::Home).await {
+        tracing::warn!("gc before run failed: {e}");
+    }
+    let outcome = session::run(&home, &docker, opts, shutdown_signal()).await?;
+    if args.json.json {
+        print_json(&outcome)?;
+    } else {
+        let short = home::short(&outcome.session);
+        println!("session {short}: {}", outcome.status.as_str());
+        if let Some(code) = outcome.exit_code {
+            println!("  worker exit code {code}");
+        }
+        if let Some(staged) = &outcome.staged {
+            println!(
+                "  staged {}: {} file(s), {}, {} rejected  (golem-orch show {})",
+                home::short(staged),
+                outcome.files,
+                human_bytes(outcome.bytes),
+                outcome.rejected,
+                home::short(staged)
+            );
+        }
+        println!("  logs: golem-orch logs {short}");
+    }
+    // Scripts read stdout; a person should still see what went wrong, on one line.
+    if let Some(e) = &outcome.error {
+        let e = e.replace(['\n', '\r'], " ");
+        eprintln!(
+            "golem-orch: session {} {}: {e}",
+            home::short(&outcome.session),
+            outcome.status.as_str()
+        );
+    }
+    Ok(ExitCode::from(match outcome.status {
+        SessionStatus::Staged if outcome.exit_code == Some(0) => 0,
+        SessionStatus::Staged => 3,
+        SessionStatus::Timeout => 4,
+        SessionStatus::Oom => 5,
+        SessionStatus::Rejected => 6,
+        SessionStatus::Cancelled => 130,
+        _ => 1,
+    }))
+}
+
+/// Prints the plan without creating anything: no session, no download, no engine call.
+fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<ExitCode> {
+    let home = Home::peek(home_arg);
+    let id = "0".repeat(32);
+    let paths = session::host_paths(&home, &id, &opts.policy, opts.repo.clone(), false)?;
+    let owner = golem_orch::owner::Owner::current();
+    let command = if opts.image.is_some() {
+        opts.command.clone()
+    } else {
+        session::default_command()
+    };
+    let plan = plan::build(
+        "(new session)",
+        &opts.policy,
+        &paths,
+        &plan::Command {
+            image: opts.image.clone().unwrap_or_else(image::worker_tag),
+            entrypoint: None,
+            cmd: command,
+        },
+        session::labels(&home, "(new session)", &owner),
+        opts.allow_network,
+    )?;
+    let inputs: Vec<String> = opts.sources.iter().map(intake::describe).collect();
+    if json {
+        print_json(&json!({ "dry_run": true, "inputs": inputs, "plan": plan }))?;
+    } else {
+        println!("dry run: nothing was created\ninputs");
+        for i in &inputs {
+            println!("  {i}");
+        }
+        print!("{plan}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers a cancel can still be cleaned up by gc; never cancel spuriously.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
+    let list = session::list(home)?;
+    if json {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("no sessions yet: golem-orch run --untrusted FILE");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  SOURCE",
+        "SESSION", "STATUS", "TRUST", "EXIT", "STARTED"
+    );
+    for r in list {
+        let exit = r
+            .exit
+            .code
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into());
+        let source = r
+            .inputs
+            .first()
+            .map(|i| i.source.clone())
+            .unwrap_or_default();
+        println!(
+            "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  {}",
+            home::short(&r.id),
+            r.status.as_str(),
+            r.trust_level.as_str(),
+            exit,
+            r.created_at
+                .get(..19)
+                .unwrap_or(&r.created_at)
+                .replace('T', " "),
+            source
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn logs(home: &Home, id: &str) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.sessions_dir(), id, "session")?;
+    let path = home.session_dir(&id).join(session::LOGS);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => print!("{text}"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "session {} has no logs (its worker never ran)",
+                home::short(&id)
+            )
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn staged(home: &Home, json: bool) -> Result<ExitCode> {
+    let list = Stage::new(home.staged_dir()).list()?;
+    if json {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("nothing staged");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = chrono::Utc::now();
+    println!(
+        "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  SOURCE",
+        "ID", "STATUS", "AGE", "FILES", "BYTES", "REJECTED", "TRUST"
+    );
+    for s in list {
+        let age = chrono::DateTime::parse_from_rfc3339(&s.created_at)
+            .map(|t| human_age(now.signed_duration_since(t.with_timezone(&chrono::Utc))))
+            .unwrap_or_else(|_| "?".into());
+        println!(
+            "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  {}",
+            home::short(&s.id),
+            s.status,
+            age,
+            s.files,
+            human_bytes(s.bytes),
+            s.rejected,
+            s.trust_level.as_str(),
+            s.source
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
+    let stage = Stage::new(home.staged_dir());
+    let m = stage.manifest(&id)?;
+    let status = stage.status(&id)?;
+    if json {
+        let mut value = serde_json::to_value(&m)?;
+        value["status"] = json!(status.word());
+        value["path"] = json!(stage.dir(&id).join(golem_orch::stage::FILES));
+        print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("staged   {}  ({})", m.id, status.word());
+    println!("session  {}", m.session);
+    println!("created  {}", m.created_at);
+    println!("trust    {}", m.trust_level);
+    println!("image    {}  ({})", m.image, m.image_id);
+    println!("command  {}", m.command.join(" "));
+    println!(
+        "exit     {}",
+        m.exit_code
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    println!(
+        "files in {}",
+        stage.dir(&id).join(golem_orch::stage::FILES).display()
+    );
+    println!("\ninputs ({})", m.inputs.len());
+    for i in &m.inputs {
+        println!(
+            "  {}  {:>9}  {}  <- {}",
+            short_hash(&i.sha256),
+            human_bytes(i.size),
+            i.name,
+            i.source
+        );
+    }
+    println!("\nfiles ({}, {})", m.files.len(), human_bytes(m.bytes));
+    for f in &m.files {
+        println!(
+            "  {}  {:>9}  {}",
+            short_hash(&f.sha256),
+            human_bytes(f.size),
+            f.path
+        );
+    }
+    let rejected = m.rejected.len() as u64 + m.rejected_omitted;
+    println!("\nrejected ({rejected})");
+    for r in &m.rejected {
+        println!("  {}: {}", r.path, r.reason);
+    }
+    if m.rejected_omitted > 0 {
+        println!(
+            "  ... and {} more (see golem-orch audit --session {})",
+            m.rejected_omitted,
+            home::short(&m.session)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn image_build(json: bool) -> Result<ExitCode> {
+    let (docker, _) = engine::connect().await?;
+    let (tag, id) = image::build(&docker).await?;
+    if json {
+        print_json(&json!({ "image": tag, "id": id }))?;
+    } else {
+        println!("built {tag} ({id})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn policy_show(policy_dir: Option<&Path>, level: TrustLevel, json: bool) -> Result<ExitCode> {
+    let effective = policy::load(level, policy_dir, project_file().as_deref())?;
+    if json {
+        print_json(&effective)?;
+    } else {
+        println!(
+            "# effective {level} policy, from: {}",
+            effective.sources.join(" + ")
+        );
+        print!("{}", serde_yaml::to_string(&effective.policy)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn doctor(
+    home_arg: Option<&Path>,
+    policy_dir: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode> {
+    let mut checks: Vec<(bool, String, String)> = Vec::new();
+    let mut add =
+        |ok: bool, name: &str, detail: String| checks.push((ok, name.to_string(), detail));
+    match engine::connect().await {
+        Ok((docker, info)) => {
+            add(
+                true,
+                "engine",
+                format!(
+                    "Docker {} (API {}) on {}",
+                    info.version, info.api_version, info.platform
+                ),
+            );
+            match image::current(&docker).await {
+                Ok(Some(id)) => add(
+                    true,
+                    "image",
+                    format!("{} present ({id})", image::worker_tag()),
+                ),
+                Ok(None) => add(
+                    true,
+                    "image",
+                    format!(
+                        "{} not built yet; `run` builds it, or `golem-orch image build`",
+                        image::worker_tag()
+                    ),
+                ),
+                Err(e) => add(false, "image", e.to_string()),
+            }
+        }
+        Err(e) => add(false, "engine", e.to_string()),
+    }
+    let project = project_file();
+    for level in TrustLevel::ALL {
+        match policy::load(level, policy_dir, project.as_deref()) {
+            Ok(p) => add(true, &format!("policy {level}"), p.sources.join(" + ")),
+            Err(e) => add(false, &format!("policy {level}"), e.to_string()),
+        }
+    }
+    match Home::open(home_arg) {
+        Ok(home) => {
+            add(true, "state", home.root().display().to_string());
+            match Audit::new(home.audit_path()).verify() {
+                Ok(n) => add(true, "audit", format!("hash chain intact ({n} records)")),
+                Err(e) => add(false, "audit", e.to_string()),
+            }
+        }
+        Err(e) => add(false, "state", e.to_string()),
+    }
+    let healthy = checks.iter().all(|(ok, _, _)| *ok);
+    if json {
+        let list: Vec<_> = checks
+            .iter()
+            .map(|(ok, name, detail)| json!({ "check": name, "ok": ok, "detail": detail }))
+            .collect();
+        print_json(&json!({ "ok": healthy, "checks": list }))?;
+    } else {
+        for (ok, name, detail) in &checks {
+            println!(
+                "{:<4}  {:<16}  {}",
+                if *ok { "ok" } else { "FAIL" },
+                name,
+                detail
+            );
+        }
+    }
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
+    let (docker, _) = engine::connect().await?;
+    let report = gc::collect(&docker, home, gc::Scope::Engine).await?;
+    if json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "removed {} container(s), {} volume(s), {} half-staged commit(s); marked {} session(s) failed; left {} live resource(s) alone",
+            report.containers.len(),
+            report.volumes.len(),
+            report.stage_orphans.len(),
+            report.sessions_failed.len(),
+            report.live
+        );
+        for e in &report.errors {
+            println!("  could not remove {e}");
+        }
+    }
+    Ok(if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn audit(home: &Home, session: Option<String>, verify: bool, json: bool) -> Result<ExitCode> {
+    let log = Audit::new(home.audit_path());
+    if verify {
+        let n = log.verify()?;
+        if json {
+            print_json(&json!({ "ok": true, "records": n }))?;
+        } else {
+            println!("audit log intact: {n} records, hash chain unbroken");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let filter = match session {
+        Some(s) => Some(home::resolve_id(&home.sessions_dir(), &s, "session")?),
+        None => None,
+    };
+    let records: Vec<_> = log
+        .read()?
+        .into_iter()
+        .filter(|r| filter.is_none() || r.session == filter)
+        .collect();
+    if json {
+        print_json(&records)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    for r in records {
+        let session = r.session.as_deref().map(home::short).unwrap_or("-");
+        let data = golem_orch::container::neutralise(&compact(&r.data));
+        let event = if color && (r.event.contains("rejected") || r.event.contains("failed")) {
+            format!("\x1b[31m{:<22}\x1b[0m", r.event)
+        } else {
+            format!("{:<22}", r.event)
+        };
+        println!("{}  {:<12}  {event}  {data}", r.ts, session);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `key=value` pairs for a one-line view of an audit record's data.
+fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .filter(|(k, _)| k.as_str() != "plan")
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+fn short_hash(h: &str) -> &str {
+    h.get(..12).unwrap_or(h)
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+fn human_age(d: chrono::TimeDelta) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}

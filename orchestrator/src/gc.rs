@@ -1,0 +1,176 @@
+//! Garbage collection: remove what crashed orchestrators left behind, and say so.
+//!
+//! Only resources labelled `golem.managed` are considered, and only those whose owning process
+//! is provably gone (same boot, PID not running with the recorded start time). A live session's
+//! containers are never touched, so `gc` is safe to run at any time, including from `run`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
+use bollard::Docker;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::audit::{self, Audit};
+use crate::container;
+use crate::engine::{EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION};
+use crate::home::Home;
+use crate::owner::{label_liveness, Liveness, Owner};
+use crate::session::{self, SessionStatus};
+use crate::stage::Stage;
+
+/// What a collection did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Report {
+    /// Containers removed.
+    pub containers: Vec<String>,
+    /// Volumes removed.
+    pub volumes: Vec<String>,
+    /// Sessions marked failed.
+    pub sessions_failed: Vec<String>,
+    /// Half-built staged commits removed.
+    pub stage_orphans: Vec<String>,
+    /// Resources left alone because their owner is alive.
+    pub live: usize,
+    /// Removals that failed, with why.
+    pub errors: Vec<String>,
+}
+
+/// Which resources a collection considers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything golem-orch created on this engine (the `gc` command).
+    Engine,
+    /// Only what belongs to this state directory (the tidy-up at the start of `run`), so one
+    /// project's runs never race another project's cleanup.
+    Home,
+}
+
+/// Collects dead-owned resources, marking their sessions failed in the state directory they belong to.
+pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Report, EngineError> {
+    let mut report = Report::default();
+    let home_label = format!("{LABEL_HOME}={}", home.root().display());
+    let mut labels = vec![LABEL_MANAGED];
+    if scope == Scope::Home {
+        labels.push(&home_label);
+    }
+    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("label", labels)]);
+    // session -> home of every dead-owned resource, to mark sessions afterwards.
+    let mut dead_sessions: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
+
+    let containers = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(EngineError::api("listing golem-orch containers"))?;
+    for c in containers {
+        let labels = c.labels.unwrap_or_default();
+        if label_liveness(labels.get(LABEL_OWNER).map(String::as_str)) != Liveness::Dead {
+            report.live += 1;
+            continue;
+        }
+        let Some(id) = c.id else { continue };
+        note_session(&mut dead_sessions, &labels);
+        match container::remove_container(docker, &id).await {
+            Ok(()) => report.containers.push(id),
+            Err(e) => report.errors.push(format!("container {id}: {e}")),
+        }
+    }
+
+    let volumes = docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::new().filters(&filters).build(),
+        ))
+        .await
+        .map_err(EngineError::api("listing golem-orch volumes"))?;
+    for v in volumes.volumes.unwrap_or_default() {
+        if label_liveness(v.labels.get(LABEL_OWNER).map(String::as_str)) != Liveness::Dead {
+            report.live += 1;
+            continue;
+        }
+        note_session(&mut dead_sessions, &v.labels);
+        match container::remove_volume(docker, &v.name).await {
+            Ok(()) => report.volumes.push(v.name),
+            Err(e) => report.errors.push(format!("volume {}: {e}", v.name)),
+        }
+    }
+
+    // Sessions of this home that died before creating anything in the engine.
+    if let Ok(records) = session::list(home) {
+        for r in records.iter().filter(|r| !r.status.is_final()) {
+            if Owner::parse(&r.owner).is_some_and(|o| o.liveness() == Liveness::Dead) {
+                dead_sessions
+                    .entry(r.id.clone())
+                    .or_insert(Some(home.root().to_path_buf()));
+            }
+        }
+    }
+    let mut homes_seen = BTreeSet::new();
+    for (id, session_home) in dead_sessions {
+        let Some(root) = session_home else { continue };
+        let Ok(h) = Home::open(Some(&root)) else {
+            continue;
+        };
+        homes_seen.insert(root);
+        if mark_failed(&h, &id) {
+            report.sessions_failed.push(id);
+        }
+    }
+    homes_seen.insert(home.root().to_path_buf());
+    for root in homes_seen {
+        if let Ok(h) = Home::open(Some(&root)) {
+            if let Ok(removed) = Stage::new(h.staged_dir()).remove_orphans() {
+                report.stage_orphans.extend(removed);
+            }
+        }
+    }
+    if !report.containers.is_empty()
+        || !report.volumes.is_empty()
+        || !report.stage_orphans.is_empty()
+    {
+        let _ = Audit::new(home.audit_path()).record(
+            None,
+            "gc.collected",
+            json!({ "containers": report.containers, "volumes": report.volumes, "stage_orphans": report.stage_orphans }),
+        );
+    }
+    Ok(report)
+}
+
+fn note_session(dead: &mut BTreeMap<String, Option<PathBuf>>, labels: &HashMap<String, String>) {
+    if let Some(s) = labels.get(LABEL_SESSION) {
+        let home = labels.get(LABEL_HOME).map(PathBuf::from);
+        dead.entry(s.clone()).or_insert(home);
+    }
+}
+
+/// Marks an unfinished session failed; returns whether it changed anything.
+fn mark_failed(home: &Home, id: &str) -> bool {
+    let Ok(mut record) = session::load(home, id) else {
+        return false;
+    };
+    if record.status.is_final() {
+        return false;
+    }
+    let previous = record.status;
+    record.status = SessionStatus::Failed;
+    record.error = Some(format!(
+        "orchestrator died while the session was {}; cleaned up by gc",
+        previous.as_str()
+    ));
+    record.updated_at = audit::now();
+    if session::save(home, &record).is_err() {
+        return false;
+    }
+    let _ = Audit::new(home.audit_path()).record(
+        Some(id),
+        "session.failed",
+        json!({ "error": record.error, "by": "gc", "was": previous }),
+    );
+    true
+}

@@ -1,0 +1,188 @@
+//! The golem-worker image: built here from the embedded static binary, never pulled.
+//!
+//! The tag is derived from the binary's and Dockerfile's hash, so "stale" is simply "the tag for
+//! this build does not exist", and two versions of golem-orch never fight over one tag.
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::engine::{is_not_found, EngineError};
+
+/// The static worker, built by `build.rs`.
+pub const WORKER_BINARY: &[u8] = include_bytes!(env!("GOLEM_WORKER_BIN_PATH"));
+/// The repository's `Dockerfile.worker`, so `docker-compose build` and this module build the same image.
+pub const DOCKERFILE: &str = include_str!("../../Dockerfile.worker");
+/// Where `Dockerfile.worker` expects the binary inside the build context.
+const BINARY_CONTEXT_PATH: &str =
+    "target/static-worker/x86_64-unknown-linux-gnu/release/golem-worker";
+/// Image repository name.
+pub const REPOSITORY: &str = "golem-worker";
+/// Label holding the full content hash, checked so a foreign image with our tag is not trusted.
+pub const LABEL_HASH: &str = "golem.worker.sha256";
+
+/// Why the worker image could not be built or found.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The build ran and reported an error.
+    #[error("building {tag} failed: {message}")]
+    Build {
+        /// The tag being built.
+        tag: String,
+        /// The builder's message.
+        message: String,
+    },
+    /// A person's `--image` is not in the local engine; golem-orch never pulls.
+    #[error("image {0:?} is not present in the local engine (golem-orch never pulls; build or load it first)")]
+    Missing(String),
+    /// Building the context tar failed (only I/O into memory, so practically never).
+    #[error("building the image context: {0}")]
+    Context(#[from] std::io::Error),
+}
+
+/// The content hash of the image this binary would build.
+pub fn content_hash() -> String {
+    let mut h = Sha256::new();
+    h.update(DOCKERFILE.as_bytes());
+    h.update([0u8]);
+    h.update(WORKER_BINARY);
+    hex::encode(h.finalize())
+}
+
+/// The tag for this build, e.g. `golem-worker:3f2a9c1b7d20`.
+pub fn worker_tag() -> String {
+    format!("{REPOSITORY}:{}", &content_hash()[..12])
+}
+
+/// Returns the worker image's id when the current build's image exists, `None` when missing or stale.
+pub async fn current(docker: &Docker) -> Result<Option<String>, ImageError> {
+    let tag = worker_tag();
+    match docker.inspect_image(&tag).await {
+        Ok(img) => {
+            let labels = img.config.and_then(|c| c.labels).unwrap_or_default();
+            if labels.get(LABEL_HASH).map(String::as_str) == Some(content_hash().as_str()) {
+                Ok(img.id)
+            } else {
+                Ok(None)
+            }
+        }
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(EngineError::api(format!("inspecting image {tag}"))(e).into()),
+    }
+}
+
+/// Makes sure the current worker image exists, building it when missing or stale. Returns `(tag, id)`.
+pub async fn ensure(docker: &Docker) -> Result<(String, String), ImageError> {
+    if let Some(id) = current(docker).await? {
+        return Ok((worker_tag(), id));
+    }
+    build(docker).await
+}
+
+/// Builds the worker image through the Engine API (classic builder, plain tar context, no pull).
+pub async fn build(docker: &Docker) -> Result<(String, String), ImageError> {
+    let tag = worker_tag();
+    let context = build_context()?;
+    let labels: HashMap<&str, String> = HashMap::from([(LABEL_HASH, content_hash())]);
+    let options = BuildImageOptionsBuilder::new()
+        .t(&tag)
+        .dockerfile("Dockerfile")
+        .labels(&labels)
+        .rm(true)
+        .forcerm(true)
+        .networkmode("none")
+        .build();
+    let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| ImageError::Build {
+            tag: tag.clone(),
+            message: e.to_string(),
+        })?;
+        if let Some(detail) = info.error_detail {
+            return Err(ImageError::Build {
+                tag,
+                message: detail.message.unwrap_or_else(|| "unknown error".into()),
+            });
+        }
+    }
+    docker
+        .tag_image(
+            &tag,
+            Some(
+                bollard::query_parameters::TagImageOptionsBuilder::new()
+                    .repo(REPOSITORY)
+                    .tag("latest")
+                    .build(),
+            ),
+        )
+        .await
+        .map_err(EngineError::api(format!("tagging {tag} as latest")))?;
+    match current(docker).await? {
+        Some(id) => Ok((tag, id)),
+        None => Err(ImageError::Build {
+            tag,
+            message: "the engine reported success but the image is not there".into(),
+        }),
+    }
+}
+
+/// Checks that a person's own image exists locally and returns its id.
+pub async fn require_local(docker: &Docker, reference: &str) -> Result<String, ImageError> {
+    match docker.inspect_image(reference).await {
+        Ok(img) => Ok(img.id.unwrap_or_default()),
+        Err(e) if is_not_found(&e) => Err(ImageError::Missing(reference.to_string())),
+        Err(e) => Err(EngineError::api(format!("inspecting image {reference}"))(e).into()),
+    }
+}
+
+/// A tar holding `Dockerfile` and the binary at the path `Dockerfile.worker` copies from.
+fn build_context() -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, data: &[u8], mode: u32| {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder.append_data(&mut header, path, data)
+    };
+    add("Dockerfile", DOCKERFILE.as_bytes(), 0o644)?;
+    add(BINARY_CONTEXT_PATH, WORKER_BINARY, 0o755)?;
+    builder.into_inner()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_worker_is_a_static_elf() {
+        assert!(WORKER_BINARY.starts_with(b"\x7fELF"));
+        // A dynamically linked binary names its interpreter; a scratch image has none.
+        let needle = b"/lib64/ld-linux-x86-64.so.2";
+        assert!(
+            !WORKER_BINARY.windows(needle.len()).any(|w| w == needle),
+            "worker must be static"
+        );
+    }
+
+    #[test]
+    fn the_dockerfile_copies_from_where_the_context_puts_the_binary() {
+        assert!(DOCKERFILE.contains(BINARY_CONTEXT_PATH));
+        assert!(DOCKERFILE.contains("FROM scratch"));
+    }
+
+    #[test]
+    fn the_tag_follows_the_content() {
+        assert_eq!(
+            worker_tag(),
+            format!("golem-worker:{}", &content_hash()[..12])
+        );
+    }
+}

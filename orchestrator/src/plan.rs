@@ -1,0 +1,429 @@
+//! The container plan: exactly what one session's container gets, derived only from the policy.
+//!
+//! The plan is plain data, built before anything touches the engine, so `run --dry-run` can show
+//! it, the audit log can record it, and unit tests can check every hardening flag without Docker.
+//! `container` turns it into Engine API bodies and nothing else decides a flag.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::policy::{Access, NetworkMode, Policy, TrustLevel};
+
+/// Where the inputs appear in the container.
+pub const INPUT_TARGET: &str = "/input";
+/// Where the worker writes; a size-capped tmpfs volume, read through the archive API.
+pub const OUTPUT_TARGET: &str = "/output";
+/// Where the project's persistent scratch space appears.
+pub const WORKSPACE_TARGET: &str = "/workspace";
+/// Where the project's git repository appears.
+pub const REPO_TARGET: &str = "/repo";
+/// Docker's json-file log cap: a worker spamming stdout cannot fill the host's disk.
+pub const LOG_MAX_SIZE: &str = "1m";
+
+/// A host directory bind-mounted into the container.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BindMount {
+    /// Absolute, canonical host path.
+    pub source: PathBuf,
+    /// Path in the container.
+    pub target: String,
+    /// Whether writes are refused by the kernel.
+    pub read_only: bool,
+}
+
+/// The output volume: a tmpfs whose size and inode count are the kernel's own caps on output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputVolume {
+    /// Path in the container.
+    pub target: String,
+    /// tmpfs `size=` in bytes.
+    pub size_bytes: u64,
+    /// tmpfs `nr_inodes=`: files and directories together.
+    pub max_inodes: u64,
+    /// Owner of the volume's root, the worker's user.
+    pub uid: u32,
+    /// Group of the volume's root.
+    pub gid: u32,
+}
+
+impl OutputVolume {
+    /// The local driver's mount options.
+    pub fn mount_options(&self) -> String {
+        format!(
+            "size={},nr_inodes={},uid={},gid={},mode=0700,noexec,nosuid,nodev",
+            self.size_bytes, self.max_inodes, self.uid, self.gid
+        )
+    }
+}
+
+/// Everything about one session's worker container.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContainerPlan {
+    /// Session id (also in the labels).
+    pub session: String,
+    /// Trust level the plan was derived from.
+    pub trust_level: TrustLevel,
+    /// Image reference.
+    pub image: String,
+    /// Replaces the image's entrypoint when set (a person's `--image IMG -- CMD`).
+    pub entrypoint: Option<Vec<String>>,
+    /// Arguments.
+    pub cmd: Vec<String>,
+    /// Numeric `uid:gid`.
+    pub user: String,
+    /// The complete environment; nothing from the host is added later.
+    pub env: BTreeMap<String, String>,
+    /// Host directories.
+    pub binds: Vec<BindMount>,
+    /// The output location.
+    pub output: OutputVolume,
+    /// Docker network mode.
+    pub network: NetworkMode,
+    /// Root filesystem is read-only.
+    pub read_only_rootfs: bool,
+    /// Capabilities dropped (`ALL`).
+    pub cap_drop: Vec<String>,
+    /// Security options (`no-new-privileges`).
+    pub security_opt: Vec<String>,
+    /// tmpfs mounts and their options.
+    pub tmpfs: BTreeMap<String, String>,
+    /// Memory limit in bytes; swap is set equal so there is none.
+    pub memory_bytes: u64,
+    /// CPU limit in billionths of a core.
+    pub nano_cpus: i64,
+    /// Process/thread limit.
+    pub pids_limit: i64,
+    /// Wall-clock limit in seconds.
+    pub timeout_secs: u64,
+    /// OCI runtime, when the policy names one.
+    pub runtime: Option<String>,
+    /// Labels that tie the container to its session, state directory and owning process.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Host paths the plan needs, resolved by the caller.
+#[derive(Debug, Clone)]
+pub struct HostPaths {
+    /// The session's input directory.
+    pub input: PathBuf,
+    /// The project's `.golem/workspace/`.
+    pub workspace: PathBuf,
+    /// The project's git repository, when there is one.
+    pub repo: Option<PathBuf>,
+}
+
+/// What the worker should run.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// Image reference.
+    pub image: String,
+    /// Entrypoint override.
+    pub entrypoint: Option<Vec<String>>,
+    /// Arguments.
+    pub cmd: Vec<String>,
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The level mounts the repository but none was found.
+    #[error("the {0} trust level mounts the project's git repository, but no repository was found from the current directory")]
+    NoRepo(TrustLevel),
+    /// Networking was requested where the policy forbids it.
+    #[error("the {0} trust level does not allow a network (only full may opt in)")]
+    NetworkForbidden(TrustLevel),
+}
+
+/// Derives the plan. `allow_network` is the person's explicit opt-in, honoured only where the policy allows it.
+pub fn build(
+    session: &str,
+    policy: &Policy,
+    paths: &HostPaths,
+    command: &Command,
+    labels: BTreeMap<String, String>,
+    allow_network: bool,
+) -> Result<ContainerPlan, PlanError> {
+    let mut binds = Vec::new();
+    if policy.mounts.input != Access::None {
+        binds.push(BindMount {
+            source: paths.input.clone(),
+            target: INPUT_TARGET.into(),
+            read_only: true,
+        });
+    }
+    if policy.mounts.workspace != Access::None {
+        binds.push(BindMount {
+            source: paths.workspace.clone(),
+            target: WORKSPACE_TARGET.into(),
+            read_only: policy.mounts.workspace == Access::Ro,
+        });
+    }
+    if policy.mounts.repo != Access::None {
+        let repo = paths.repo.clone().ok_or(PlanError::NoRepo(policy.level))?;
+        binds.push(BindMount {
+            source: repo,
+            target: REPO_TARGET.into(),
+            read_only: policy.mounts.repo == Access::Ro,
+        });
+    }
+    let network = if allow_network {
+        if !policy.network.allow_opt_in {
+            return Err(PlanError::NetworkForbidden(policy.level));
+        }
+        NetworkMode::Bridge
+    } else {
+        policy.network.mode
+    };
+    let (uid, gid) = policy.uid_gid();
+    let env: BTreeMap<String, String> = policy
+        .env
+        .set
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(
+            policy
+                .env
+                .pass
+                .iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
+        )
+        .collect();
+    let tmp = format!(
+        "rw,noexec,nosuid,nodev,size={}",
+        policy.resources.tmp.bytes()
+    );
+    Ok(ContainerPlan {
+        session: session.to_string(),
+        trust_level: policy.level,
+        image: command.image.clone(),
+        entrypoint: command.entrypoint.clone(),
+        cmd: command.cmd.clone(),
+        user: format!("{uid}:{gid}"),
+        env,
+        binds,
+        output: OutputVolume {
+            target: OUTPUT_TARGET.into(),
+            size_bytes: policy.output.max_total_bytes.bytes(),
+            // Directories take inodes too; extraction enforces the exact file count.
+            max_inodes: policy.output.max_files.saturating_mul(2).saturating_add(16),
+            uid,
+            gid,
+        },
+        network,
+        read_only_rootfs: true,
+        cap_drop: vec!["ALL".into()],
+        security_opt: vec!["no-new-privileges:true".into()],
+        tmpfs: BTreeMap::from([("/tmp".to_string(), tmp)]),
+        memory_bytes: policy.resources.memory.bytes(),
+        nano_cpus: (policy.resources.cpus * 1e9) as i64,
+        pids_limit: i64::try_from(policy.resources.pids).unwrap_or(i64::MAX),
+        timeout_secs: policy.resources.timeout.duration().as_secs().max(1),
+        runtime: policy.runtime.clone(),
+        labels,
+    })
+}
+
+impl fmt::Display for ContainerPlan {
+    /// The human form `run --dry-run` prints: one fact a line, in the order a reviewer checks them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "session    {}", self.session)?;
+        writeln!(f, "trust      {}", self.trust_level)?;
+        writeln!(f, "image      {}", self.image)?;
+        if let Some(ep) = &self.entrypoint {
+            writeln!(f, "entrypoint {}", shell_words(ep))?;
+        }
+        writeln!(f, "command    {}", shell_words(&self.cmd))?;
+        writeln!(f, "user       {}", self.user)?;
+        writeln!(f, "network    {}", self.network.as_str())?;
+        writeln!(
+            f,
+            "rootfs     {}",
+            if self.read_only_rootfs {
+                "read-only"
+            } else {
+                "writable"
+            }
+        )?;
+        writeln!(f, "caps       drop {}", self.cap_drop.join(","))?;
+        writeln!(f, "security   {}", self.security_opt.join(","))?;
+        writeln!(
+            f,
+            "memory     {} (no swap)",
+            crate::units::Size(self.memory_bytes)
+        )?;
+        writeln!(f, "cpus       {}", self.nano_cpus as f64 / 1e9)?;
+        writeln!(f, "pids       {}", self.pids_limit)?;
+        writeln!(f, "timeout    {}s", self.timeout_secs)?;
+        if let Some(rt) = &self.runtime {
+            writeln!(f, "runtime    {rt}")?;
+        }
+        writeln!(f, "mounts")?;
+        for b in &self.binds {
+            let mode = if b.read_only { "ro" } else { "rw" };
+            writeln!(f, "  {:<11} {mode}  bind {}", b.target, b.source.display())?;
+        }
+        writeln!(
+            f,
+            "  {:<11} rw  tmpfs volume, {} max, {} inodes max, owner {}:{}",
+            self.output.target,
+            crate::units::Size(self.output.size_bytes),
+            self.output.max_inodes,
+            self.output.uid,
+            self.output.gid
+        )?;
+        for (path, opts) in &self.tmpfs {
+            writeln!(f, "  {path:<11} rw  tmpfs {opts}")?;
+        }
+        writeln!(f, "env")?;
+        for (k, v) in &self.env {
+            writeln!(f, "  {k}={v}")?;
+        }
+        writeln!(f, "labels")?;
+        for (k, v) in &self.labels {
+            writeln!(f, "  {k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Quotes arguments only where needed, so the command line reads naturally.
+fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy;
+
+    fn plan_for(
+        level: TrustLevel,
+        repo: Option<&str>,
+        net: bool,
+    ) -> Result<ContainerPlan, PlanError> {
+        let p = policy::load(level, None, None).unwrap().policy;
+        build(
+            "s1",
+            &p,
+            &HostPaths {
+                input: "/h/in".into(),
+                workspace: "/h/ws".into(),
+                repo: repo.map(PathBuf::from),
+            },
+            &Command {
+                image: "img".into(),
+                entrypoint: None,
+                cmd: vec!["report".into()],
+            },
+            BTreeMap::new(),
+            net,
+        )
+    }
+
+    #[test]
+    fn untrusted_sees_only_its_input_read_only() {
+        let plan = plan_for(TrustLevel::Untrusted, Some("/repo"), false).unwrap();
+        assert_eq!(
+            plan.binds,
+            vec![BindMount {
+                source: "/h/in".into(),
+                target: "/input".into(),
+                read_only: true
+            }]
+        );
+        assert_eq!(plan.network, NetworkMode::None);
+        assert!(plan.read_only_rootfs);
+        assert_eq!(plan.cap_drop, ["ALL"]);
+        assert!(plan
+            .security_opt
+            .iter()
+            .any(|s| s.starts_with("no-new-privileges")));
+        assert!(plan.tmpfs["/tmp"].contains("noexec"));
+        assert_ne!(plan.user.split(':').next(), Some("0"));
+        assert_eq!(plan.env.keys().collect::<Vec<_>>(), ["LANG"]);
+    }
+
+    #[test]
+    fn each_level_adds_exactly_its_mounts() {
+        let targets = |level| {
+            plan_for(level, Some("/r"), false)
+                .unwrap()
+                .binds
+                .iter()
+                .map(|b| format!("{}:{}", b.target, if b.read_only { "ro" } else { "rw" }))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(targets(TrustLevel::Session), ["/input:ro", "/workspace:rw"]);
+        assert_eq!(
+            targets(TrustLevel::Workspace),
+            ["/input:ro", "/workspace:rw", "/repo:ro"]
+        );
+        assert_eq!(
+            targets(TrustLevel::Full),
+            ["/input:ro", "/workspace:rw", "/repo:rw"]
+        );
+    }
+
+    #[test]
+    fn repo_levels_need_a_repo_and_only_full_gets_a_network() {
+        assert!(matches!(
+            plan_for(TrustLevel::Workspace, None, false),
+            Err(PlanError::NoRepo(_))
+        ));
+        assert!(matches!(
+            plan_for(TrustLevel::Untrusted, None, true),
+            Err(PlanError::NetworkForbidden(_))
+        ));
+        assert_eq!(
+            plan_for(TrustLevel::Full, Some("/r"), true)
+                .unwrap()
+                .network,
+            NetworkMode::Bridge
+        );
+    }
+
+    #[test]
+    fn output_volume_caps_come_from_the_policy() {
+        let plan = plan_for(TrustLevel::Untrusted, None, false).unwrap();
+        assert_eq!(plan.output.size_bytes, 32 << 20);
+        let opts = plan.output.mount_options();
+        assert!(opts.contains(&format!("size={}", 32 << 20)), "{opts}");
+        assert!(
+            opts.contains("uid=65534") && opts.contains("noexec"),
+            "{opts}"
+        );
+    }
+
+    #[test]
+    fn dry_run_text_names_every_mount_and_flag() {
+        let text = plan_for(TrustLevel::Workspace, Some("/r"), false)
+            .unwrap()
+            .to_string();
+        for needle in [
+            "/input",
+            "ro  bind /h/in",
+            "/repo",
+            "network    none",
+            "read-only",
+            "drop ALL",
+            "no swap",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,687 @@
+//! One session: intake, one hardened container, extraction into the stage, cleanup.
+//!
+//! The order of steps is the security argument, so it lives in one readable function
+//! ([`run`]). Every engine object is registered in a [`Tracker`] before it is created and removed
+//! at the end on every path; every step is audited; the session record is rewritten atomically
+//! after each step so a crash leaves an accurate trail for `gc`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bollard::Docker;
+use futures_util::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::audit::{self, Audit, Event};
+use crate::container::{self, Exit, Names, Resource, Tracker};
+use crate::engine::{EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION};
+use crate::extract::{self, Extraction, Limits};
+use crate::home::{self, write_atomic, Home};
+use crate::image::{self, ImageError};
+use crate::intake::{self, InputRecord, IntakeError, IntakeLimits, Source};
+use crate::owner::Owner;
+use crate::plan::{self, ContainerPlan, HostPaths, PlanError};
+use crate::policy::{Policy, TrustLevel};
+use crate::stage::{Manifest, Stage, StageError};
+
+/// The session record's file name inside the session directory.
+pub const RECORD: &str = "session.json";
+/// The captured worker logs.
+pub const LOGS: &str = "logs.txt";
+/// Logs kept per session (Docker's own cap is 1 MiB).
+const MAX_LOG_BYTES: usize = 1 << 20;
+/// How long cleanup may take after a cancel before giving up (gc finishes the job).
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a session is in its life; the last one is what `run --json` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    /// Inputs being taken in.
+    Created,
+    /// The worker container is running.
+    Running,
+    /// Outputs are being validated.
+    Extracting,
+    /// Outputs are in the stage.
+    Staged,
+    /// Something failed; see `error`.
+    Failed,
+    /// Killed at its wall-clock limit.
+    Timeout,
+    /// Killed by the kernel for exceeding its memory limit.
+    Oom,
+    /// Its output broke the policy's caps as a whole and nothing was staged.
+    Rejected,
+    /// Stopped by Ctrl-C or SIGTERM.
+    Cancelled,
+}
+
+impl SessionStatus {
+    /// The lowercase word used in JSON and listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Created => "created",
+            SessionStatus::Running => "running",
+            SessionStatus::Extracting => "extracting",
+            SessionStatus::Staged => "staged",
+            SessionStatus::Failed => "failed",
+            SessionStatus::Timeout => "timeout",
+            SessionStatus::Oom => "oom",
+            SessionStatus::Rejected => "rejected",
+            SessionStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the session is over.
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            SessionStatus::Created | SessionStatus::Running | SessionStatus::Extracting
+        )
+    }
+}
+
+/// The persistent record of a session (`sessions/<id>/session.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// Session id.
+    pub id: String,
+    /// When it started.
+    pub created_at: String,
+    /// When the record last changed.
+    pub updated_at: String,
+    /// Current status.
+    pub status: SessionStatus,
+    /// Trust level.
+    pub trust_level: TrustLevel,
+    /// Image reference.
+    pub image: String,
+    /// Command.
+    pub command: Vec<String>,
+    /// The orchestrator process running it.
+    pub owner: String,
+    /// What went in.
+    pub inputs: Vec<InputRecord>,
+    /// How the worker ended.
+    pub exit: Exit,
+    /// The staged commit, when one was made.
+    pub staged: Option<String>,
+    /// Files accepted.
+    pub files: usize,
+    /// Bytes accepted.
+    pub bytes: u64,
+    /// Entries rejected.
+    pub rejected: u64,
+    /// What went wrong, when something did.
+    pub error: Option<String>,
+    /// Whether the container was kept for inspection (`--keep`).
+    pub kept: bool,
+}
+
+/// What a person asked for.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Effective policy after project file and flags.
+    pub policy: Policy,
+    /// Inputs.
+    pub sources: Vec<Source>,
+    /// A person's own local image instead of golem-worker.
+    pub image: Option<String>,
+    /// Arguments replacing the image's command (like `docker run IMAGE ARGS`).
+    pub command: Vec<String>,
+    /// Keep the container and volume after the session (for debugging).
+    pub keep: bool,
+    /// Opt in to a network (only where the policy allows it).
+    pub allow_network: bool,
+    /// The project's git repository, for levels that mount it.
+    pub repo: Option<PathBuf>,
+    /// Download caps.
+    pub intake: IntakeLimits,
+}
+
+/// The result `run` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Session id.
+    pub session: String,
+    /// Final status.
+    pub status: SessionStatus,
+    /// The worker's exit code.
+    pub exit_code: Option<i64>,
+    /// The staged commit id, or null.
+    pub staged: Option<String>,
+    /// Killed at the timeout.
+    pub timed_out: bool,
+    /// OOM-killed.
+    pub oom_killed: bool,
+    /// Files staged.
+    pub files: usize,
+    /// Bytes staged.
+    pub bytes: u64,
+    /// Entries rejected.
+    pub rejected: u64,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// Where the logs are.
+    pub logs: PathBuf,
+}
+
+/// Failures that end a session before its container could do its work.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Bad or unreachable input.
+    #[error(transparent)]
+    Intake(#[from] IntakeError),
+    /// The plan is impossible for this level.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The image is missing or would not build.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The stage could not be written.
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    /// The audit log could not be written; a session that cannot be audited does not run.
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
+    /// Local I/O.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
+    move |source| SessionError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The image and command a session will run, resolved before the plan.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    /// Image reference.
+    pub image: String,
+    /// Image content id.
+    pub image_id: String,
+    /// Arguments (the image's entrypoint is kept, as with `docker run`).
+    pub cmd: Vec<String>,
+}
+
+/// The default worker command: the document report.
+pub fn default_command() -> Vec<String> {
+    vec!["report".to_string()]
+}
+
+/// Labels for everything a session creates.
+pub fn labels(home: &Home, session: &str, owner: &Owner) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_SESSION.to_string(), session.to_string()),
+        (LABEL_HOME.to_string(), home.root().display().to_string()),
+        (LABEL_OWNER.to_string(), owner.to_string()),
+    ])
+}
+
+/// Resolves host paths for the plan, creating the workspace directory when the level mounts it.
+pub fn host_paths(
+    home: &Home,
+    session: &str,
+    policy: &Policy,
+    repo: Option<PathBuf>,
+    create: bool,
+) -> Result<HostPaths, SessionError> {
+    let workspace = home.workspace_dir();
+    if create && policy.mounts.workspace != crate::policy::Access::None {
+        std::fs::create_dir_all(&workspace).map_err(io(&workspace))?;
+        let (uid, gid) = policy.uid_gid();
+        // The worker runs as a fixed non-root uid; give it the directory it may write.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&workspace, Some(uid), Some(gid)).map_err(io(&workspace))?;
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777))
+                .map_err(io(&workspace))?;
+        }
+    }
+    Ok(HostPaths {
+        input: home.session_dir(session).join("input"),
+        workspace,
+        repo,
+    })
+}
+
+/// Finds the git repository containing `start`, the way git does.
+pub fn find_repo(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .and_then(|d| d.canonicalize().ok())
+}
+
+/// Loads a session record.
+pub fn load(home: &Home, id: &str) -> Result<Record, SessionError> {
+    let path = home.session_dir(id).join(RECORD);
+    let text = std::fs::read(&path).map_err(io(&path))?;
+    serde_json::from_slice(&text).map_err(|e| SessionError::Io {
+        path,
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// Every session record, newest first; unreadable ones are skipped.
+pub fn list(home: &Home) -> Result<Vec<Record>, SessionError> {
+    let dir = home.sessions_dir();
+    let mut out: Vec<Record> = std::fs::read_dir(&dir)
+        .map_err(io(&dir))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|id| load(home, &id).ok())
+        .collect();
+    out.sort_by(|a, b| b.id.cmp(&a.id));
+    Ok(out)
+}
+
+/// Rewrites a session record atomically.
+pub fn save(home: &Home, record: &Record) -> Result<(), SessionError> {
+    let path = home.session_dir(&record.id).join(RECORD);
+    let json = serde_json::to_vec_pretty(record).map_err(|e| SessionError::Io {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    write_atomic(&path, &json).map_err(io(&path))
+}
+
+/// Runs one session to its end. `cancel` resolving (Ctrl-C) stops it and cleans up.
+///
+/// Returns `Err` only when the session could not get going (bad input, engine down); once the
+/// container exists every ending, including timeouts and rejected output, is an [`Outcome`].
+pub async fn run(
+    home: &Home,
+    docker: &Docker,
+    opts: RunOptions,
+    cancel: impl Future<Output = ()>,
+) -> Result<Outcome, SessionError> {
+    // Images first: a missing image is bad input and must fail before a session exists.
+    let images = resolve_images(docker, &opts).await?;
+    let audit = Audit::new(home.audit_path());
+    let owner = Owner::current();
+    let id = home::new_id();
+    let dir = home.session_dir(&id);
+    let input = dir.join("input");
+    std::fs::create_dir_all(&input).map_err(io(&input))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&input, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(&input))?;
+    }
+    let mut record = Record {
+        id: id.clone(),
+        created_at: audit::now(),
+        updated_at: audit::now(),
+        status: SessionStatus::Created,
+        trust_level: opts.policy.level,
+        image: images.worker.image.clone(),
+        command: images.worker.cmd.clone(),
+        owner: owner.to_string(),
+        inputs: Vec::new(),
+        exit: Exit::default(),
+        staged: None,
+        files: 0,
+        bytes: 0,
+        rejected: 0,
+        error: None,
+        kept: opts.keep,
+    };
+    save(home, &record)?;
+    audit.record(
+        Some(&id),
+        "session.created",
+        json!({
+            "trust_level": opts.policy.level,
+            "sources": opts.sources.iter().map(intake::describe).collect::<Vec<_>>(),
+            "owner": owner.to_string(),
+            "image": record.image,
+        }),
+    )?;
+
+    let tracker = Tracker::default();
+    let result = {
+        let work = run_steps(
+            home,
+            docker,
+            &opts,
+            &images,
+            &audit,
+            &owner,
+            &mut record,
+            &tracker,
+        );
+        tokio::pin!(work);
+        tokio::pin!(cancel);
+        tokio::select! {
+            r = &mut work => r,
+            () = &mut cancel => Err(Cancelled),
+        }
+    };
+    // Whatever happened, the engine objects go (unless the person asked to keep them).
+    let cleanup_failed = if opts.keep {
+        Vec::new()
+    } else {
+        tokio::time::timeout(CLEANUP_TIMEOUT, container::remove_all(docker, &tracker))
+            .await
+            .unwrap_or_else(|_| {
+                vec![(
+                    Resource::Volume("(all)".into()),
+                    "cleanup timed out; run golem-orch gc".into(),
+                )]
+            })
+    };
+    if !opts.keep {
+        audit.record(
+            Some(&id),
+            "container.removed",
+            json!({ "failed": cleanup_failed.iter().map(|(r, e)| format!("{r:?}: {e}")).collect::<Vec<_>>() }),
+        )?;
+    }
+    match result {
+        Ok(()) => {}
+        Err(Cancelled) => {
+            record.status = SessionStatus::Cancelled;
+            record.error = Some("cancelled".into());
+        }
+    }
+    record.updated_at = audit::now();
+    save(home, &record)?;
+    audit.record(
+        Some(&id),
+        "session.finished",
+        json!({ "status": record.status, "staged": record.staged, "error": record.error }),
+    )?;
+    Ok(Outcome {
+        session: id.clone(),
+        status: record.status,
+        exit_code: record.exit.code,
+        staged: record.staged.clone(),
+        timed_out: record.exit.timed_out,
+        oom_killed: record.exit.oom_killed,
+        files: record.files,
+        bytes: record.bytes,
+        rejected: record.rejected,
+        error: record.error.clone(),
+        logs: dir.join(LOGS),
+    })
+}
+
+/// The images a session uses, resolved before it starts.
+pub struct Images {
+    /// golem-worker, which also runs the holder.
+    pub holder_image: String,
+    /// What the worker runs.
+    pub worker: Worker,
+}
+
+/// Makes sure golem-worker exists (building it when missing or stale) and a person's image is local.
+pub async fn resolve_images(docker: &Docker, opts: &RunOptions) -> Result<Images, SessionError> {
+    let (worker_tag, worker_id) = image::ensure(docker).await?;
+    let worker = match &opts.image {
+        Some(reference) => Worker {
+            image_id: image::require_local(docker, reference).await?,
+            image: reference.clone(),
+            cmd: opts.command.clone(),
+        },
+        None => Worker {
+            image: worker_tag.clone(),
+            image_id: worker_id,
+            cmd: default_command(),
+        },
+    };
+    Ok(Images {
+        holder_image: worker_tag,
+        worker,
+    })
+}
+
+/// Marker for a cancelled session.
+struct Cancelled;
+
+/// The steps; any error is recorded in `record` (status failed) rather than returned.
+#[allow(clippy::too_many_arguments)]
+async fn run_steps(
+    home: &Home,
+    docker: &Docker,
+    opts: &RunOptions,
+    images: &Images,
+    audit: &Audit,
+    owner: &Owner,
+    record: &mut Record,
+    tracker: &Tracker,
+) -> Result<(), Cancelled> {
+    if let Err(e) = steps(home, docker, opts, images, audit, owner, record, tracker).await {
+        let message = e.to_string();
+        let _ = audit.record(
+            Some(&record.id),
+            "session.failed",
+            json!({ "error": message }),
+        );
+        if !record.status.is_final() || record.status == SessionStatus::Staged {
+            record.status = SessionStatus::Failed;
+        }
+        record.error = Some(message);
+        record.staged = None;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn steps(
+    home: &Home,
+    docker: &Docker,
+    opts: &RunOptions,
+    images: &Images,
+    audit: &Audit,
+    owner: &Owner,
+    record: &mut Record,
+    tracker: &Tracker,
+) -> Result<(), SessionError> {
+    let id = record.id.clone();
+    let input = home.session_dir(&id).join("input");
+
+    // 1. Intake on the host: bytes only, never parsed here.
+    record.inputs = intake::intake(&opts.sources, &input, &opts.intake).await?;
+    save(home, record)?;
+    audit.record(
+        Some(&id),
+        "session.inputs",
+        json!({ "inputs": record.inputs }),
+    )?;
+
+    let (worker_tag, worker) = (&images.holder_image, &images.worker);
+
+    // 3. The plan, derived from the policy alone.
+    let paths = host_paths(home, &id, &opts.policy, opts.repo.clone(), true)?;
+    let plan: ContainerPlan = plan::build(
+        &id,
+        &opts.policy,
+        &paths,
+        &plan::Command {
+            image: worker.image.clone(),
+            entrypoint: None,
+            cmd: worker.cmd.clone(),
+        },
+        labels(home, &id, owner),
+        opts.allow_network,
+    )?;
+    audit.record(Some(&id), "session.plan", json!({ "plan": plan }))?;
+
+    // 4. Output volume, holder, worker: each tracked before it exists.
+    let names = Names::for_session(&id);
+    tracker.add(Resource::Volume(names.volume.clone()));
+    container::create_output_volume(docker, &plan, &names.volume).await?;
+    tracker.add(Resource::Container(names.holder.clone()));
+    let holder = container::create(
+        docker,
+        &names.holder,
+        container::holder_body(&plan, worker_tag, &names.volume),
+    )
+    .await?;
+    container::start(docker, &holder).await?;
+    tracker.add(Resource::Container(names.worker.clone()));
+    let worker_id = container::create(
+        docker,
+        &names.worker,
+        container::worker_body(&plan, &names.volume),
+    )
+    .await?;
+    audit.record(
+        Some(&id),
+        "container.created",
+        json!({ "container": worker_id, "holder": holder, "volume": names.volume, "image": worker.image, "image_id": worker.image_id }),
+    )?;
+    container::start(docker, &worker_id).await?;
+    record.status = SessionStatus::Running;
+    save(home, record)?;
+    audit.record(
+        Some(&id),
+        "container.started",
+        json!({ "container": worker_id }),
+    )?;
+
+    // 5. Wait, killing at the wall-clock limit.
+    let exit = container::wait(docker, &worker_id, Duration::from_secs(plan.timeout_secs)).await?;
+    record.exit = exit;
+    audit.record(
+        Some(&id),
+        "container.exited",
+        json!({ "exit_code": exit.code, "oom_killed": exit.oom_killed, "timed_out": exit.timed_out }),
+    )?;
+    let logs_path = home.session_dir(&id).join(LOGS);
+    let logs = container::logs(docker, &worker_id, MAX_LOG_BYTES).await?;
+    std::fs::write(&logs_path, logs).map_err(io(&logs_path))?;
+    if exit.timed_out {
+        record.status = SessionStatus::Timeout;
+        record.error = Some(format!("killed after the {}s timeout", plan.timeout_secs));
+        return Ok(());
+    }
+    if exit.oom_killed {
+        record.status = SessionStatus::Oom;
+        record.error = Some(format!(
+            "killed for exceeding its {} memory limit",
+            crate::units::Size(plan.memory_bytes)
+        ));
+        return Ok(());
+    }
+
+    // 6. Extraction: the archive stream, validated entry by entry while it streams.
+    record.status = SessionStatus::Extracting;
+    save(home, record)?;
+    let stage = Stage::new(home.staged_dir());
+    let building = stage.begin(&id)?;
+    let limits = Limits {
+        max_files: opts.policy.output.max_files,
+        max_total_bytes: opts.policy.output.max_total_bytes.bytes(),
+        max_file_bytes: opts.policy.output.max_file_bytes.bytes(),
+    };
+    let extraction = match extract_output(docker, &worker_id, &building.files_dir(), limits).await {
+        Ok(x) => x,
+        Err(ExtractFailure::Rejected(message)) => {
+            audit.record(Some(&id), "output.rejected", json!({ "error": message }))?;
+            record.status = SessionStatus::Rejected;
+            record.error = Some(format!("output rejected: {message}"));
+            return Ok(());
+        }
+        Err(ExtractFailure::Engine(e)) => return Err(e.into()),
+    };
+    let events: Vec<Event> = extraction
+        .rejected
+        .iter()
+        .map(|r| {
+            Event::session(
+                &id,
+                "entry.rejected",
+                json!({ "path": r.path, "reason": r.reason }),
+            )
+        })
+        .collect();
+    audit.record_all(&events)?;
+    if extraction.rejected_omitted > 0 {
+        audit.record(
+            Some(&id),
+            "entry.rejected.omitted",
+            json!({ "count": extraction.rejected_omitted }),
+        )?;
+    }
+
+    // 7. Stage atomically.
+    let mut command = Vec::new();
+    command.extend(worker.cmd.iter().cloned());
+    let manifest = Manifest {
+        version: 1,
+        id: id.clone(),
+        session: id.clone(),
+        created_at: audit::now(),
+        trust_level: opts.policy.level,
+        image: worker.image.clone(),
+        image_id: worker.image_id.clone(),
+        command,
+        exit_code: exit.code,
+        inputs: record.inputs.clone(),
+        files: extraction.files.clone(),
+        rejected: extraction.rejected.clone(),
+        rejected_omitted: extraction.rejected_omitted,
+        bytes: extraction.total_bytes,
+        repo_head: None,
+    };
+    building.commit(&manifest)?;
+    record.staged = Some(id.clone());
+    record.files = extraction.files.len();
+    record.bytes = extraction.total_bytes;
+    record.rejected = extraction.rejected.len() as u64 + extraction.rejected_omitted;
+    record.status = SessionStatus::Staged;
+    audit.record(
+        Some(&id),
+        "session.staged",
+        json!({ "staged": id, "files": record.files, "bytes": record.bytes, "rejected": record.rejected }),
+    )?;
+    Ok(())
+}
+
+enum ExtractFailure {
+    Rejected(String),
+    Engine(EngineError),
+}
+
+/// Streams `/output` out of the stopped worker into `dest` through the validator.
+async fn extract_output(
+    docker: &Docker,
+    container: &str,
+    dest: &Path,
+    limits: Limits,
+) -> Result<Extraction, ExtractFailure> {
+    let stream =
+        container::download(docker, container, plan::OUTPUT_TARGET).map_err(std::io::Error::other);
+    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
+    let dest = dest.to_path_buf();
+    let root = plan::OUTPUT_TARGET.trim_start_matches('/').to_string();
+    let joined =
+        tokio::task::spawn_blocking(move || extract::extract(reader, &root, &dest, &limits)).await;
+    match joined {
+        Ok(Ok(x)) => Ok(x),
+        Ok(Err(e)) => Err(ExtractFailure::Rejected(e.to_string())),
+        Err(e) => Err(ExtractFailure::Engine(EngineError::Unreachable(format!(
+            "extraction task failed: {e}"
+        )))),
+    }
+}

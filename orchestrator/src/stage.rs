@@ -1,0 +1,419 @@
+//! The clearance stage (`.golem/staged/<id>/`): validated output waiting for a person.
+//!
+//! A staged commit is built in `.tmp-<id>/` and renamed into place only when its files and its
+//! manifest are complete and synced, so a crash never leaves half of one. Once renamed, the
+//! manifest and files are never modified; only `status.json` records what a person decided.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::extract::{ExtractedFile, Rejected};
+use crate::home::write_atomic;
+use crate::intake::InputRecord;
+use crate::owner::{Liveness, Owner};
+use crate::policy::TrustLevel;
+
+/// The manifest's file name.
+pub const MANIFEST: &str = "manifest.json";
+/// The directory holding the staged files.
+pub const FILES: &str = "files";
+/// The mutable decision record.
+pub const STATUS: &str = "status.json";
+const TMP_PREFIX: &str = ".tmp-";
+const OWNER_FILE: &str = "owner";
+
+/// Everything a reviewer needs to know about where staged files came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version.
+    pub version: u32,
+    /// Staged commit id.
+    pub id: String,
+    /// The session that produced it.
+    pub session: String,
+    /// When it was staged (RFC 3339).
+    pub created_at: String,
+    /// The session's trust level.
+    pub trust_level: TrustLevel,
+    /// Image reference the worker ran.
+    pub image: String,
+    /// The image's content id.
+    pub image_id: String,
+    /// Entrypoint and command.
+    pub command: Vec<String>,
+    /// The worker's exit code.
+    pub exit_code: Option<i64>,
+    /// What went in.
+    pub inputs: Vec<InputRecord>,
+    /// What came out and was accepted.
+    pub files: Vec<ExtractedFile>,
+    /// What came out and was refused, with why.
+    pub rejected: Vec<Rejected>,
+    /// Rejections beyond the recorded list.
+    #[serde(default)]
+    pub rejected_omitted: u64,
+    /// Total bytes of `files`.
+    pub bytes: u64,
+    /// HEAD of the mounted repository at session start, when one was mounted.
+    #[serde(default)]
+    pub repo_head: Option<String>,
+}
+
+/// What a person decided about a staged commit; moves forward only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for review.
+    Pending,
+    /// Committed into a repository.
+    Pushed {
+        /// The commit id.
+        commit: String,
+        /// When.
+        at: String,
+    },
+    /// Thrown away.
+    Discarded {
+        /// When.
+        at: String,
+    },
+}
+
+impl Status {
+    /// The one-word form for listings.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Pushed { .. } => "pushed",
+            Status::Discarded { .. } => "discarded",
+        }
+    }
+}
+
+/// One line of `golem-orch staged`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Staged commit id.
+    pub id: String,
+    /// Session id.
+    pub session: String,
+    /// Accepted files.
+    pub files: usize,
+    /// Accepted bytes.
+    pub bytes: u64,
+    /// Rejected entries.
+    pub rejected: u64,
+    /// When staged.
+    pub created_at: String,
+    /// pending, pushed or discarded.
+    pub status: String,
+    /// Trust level.
+    pub trust_level: TrustLevel,
+    /// The first input's source.
+    pub source: String,
+}
+
+/// Why the stage could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// I/O.
+    #[error("stage {path}: {source}")]
+    Io {
+        /// Path.
+        path: PathBuf,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// A manifest or status that does not parse.
+    #[error("stage {path}: unreadable: {message}")]
+    Corrupt {
+        /// Path.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+    /// A staged commit of that id already exists; staged commits are immutable.
+    #[error("staged commit {0} already exists")]
+    Exists(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StageError + '_ {
+    move |source| StageError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The stage directory.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    root: PathBuf,
+}
+
+impl Stage {
+    /// The stage at `root` (`.golem/staged`).
+    pub fn new(root: impl Into<PathBuf>) -> Stage {
+        Stage { root: root.into() }
+    }
+
+    /// The directory of one staged commit.
+    pub fn dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// Starts building a staged commit in a temporary directory owned by this process.
+    pub fn begin(&self, id: &str) -> Result<Building, StageError> {
+        if self.dir(id).exists() {
+            return Err(StageError::Exists(id.to_string()));
+        }
+        let tmp = self.root.join(format!("{TMP_PREFIX}{id}"));
+        std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+        let owner = tmp.join(OWNER_FILE);
+        std::fs::write(&owner, Owner::current().to_string()).map_err(io(&owner))?;
+        let files = tmp.join(FILES);
+        std::fs::create_dir(&files).map_err(io(&files))?;
+        Ok(Building {
+            tmp,
+            target: self.dir(id),
+            done: false,
+        })
+    }
+
+    /// Reads a manifest.
+    pub fn manifest(&self, id: &str) -> Result<Manifest, StageError> {
+        read_json(&self.dir(id).join(MANIFEST))
+    }
+
+    /// Reads a status; no status file means pending.
+    pub fn status(&self, id: &str) -> Result<Status, StageError> {
+        let path = self.dir(id).join(STATUS);
+        if !path.exists() {
+            return Ok(Status::Pending);
+        }
+        read_json(&path)
+    }
+
+    /// Every staged commit, pending first, newest first within a status.
+    pub fn list(&self) -> Result<Vec<Summary>, StageError> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.root).map_err(io(&self.root))? {
+            let entry = entry.map_err(io(&self.root))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.starts_with('.') || !entry.path().join(MANIFEST).is_file() {
+                continue;
+            }
+            let m = self.manifest(&name)?;
+            let status = self.status(&name)?;
+            out.push(Summary {
+                files: m.files.len(),
+                bytes: m.bytes,
+                rejected: m.rejected.len() as u64 + m.rejected_omitted,
+                created_at: m.created_at.clone(),
+                status: status.word().to_string(),
+                trust_level: m.trust_level,
+                source: m
+                    .inputs
+                    .first()
+                    .map(|i| i.source.clone())
+                    .unwrap_or_default(),
+                session: m.session,
+                id: m.id,
+            });
+        }
+        out.sort_by(|a, b| {
+            (a.status != "pending")
+                .cmp(&(b.status != "pending"))
+                .then_with(|| b.created_at.cmp(&a.created_at))
+        });
+        Ok(out)
+    }
+
+    /// Removes temporary directories whose building process is gone (after a crash).
+    pub fn remove_orphans(&self) -> Result<Vec<String>, StageError> {
+        let mut removed = Vec::new();
+        for entry in std::fs::read_dir(&self.root).map_err(io(&self.root))? {
+            let entry = entry.map_err(io(&self.root))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(TMP_PREFIX) {
+                continue;
+            }
+            let owner = std::fs::read_to_string(entry.path().join(OWNER_FILE)).ok();
+            let alive = owner
+                .as_deref()
+                .and_then(Owner::parse)
+                .is_some_and(|o| o.liveness() == Liveness::Alive);
+            if !alive {
+                std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+                removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StageError> {
+    let text = std::fs::read(path).map_err(io(path))?;
+    serde_json::from_slice(&text).map_err(|e| StageError::Corrupt {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// Writes a status transition atomically.
+pub fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
+    let path = stage.dir(id).join(STATUS);
+    let json = serde_json::to_vec_pretty(status).map_err(|e| StageError::Corrupt {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    write_atomic(&path, &json).map_err(io(&path))
+}
+
+/// A staged commit under construction; dropped without [`Building::commit`], it disappears.
+#[derive(Debug)]
+pub struct Building {
+    tmp: PathBuf,
+    target: PathBuf,
+    done: bool,
+}
+
+impl Building {
+    /// Where extraction writes the accepted files.
+    pub fn files_dir(&self) -> PathBuf {
+        self.tmp.join(FILES)
+    }
+
+    /// Writes the manifest, syncs everything and renames the directory into place.
+    pub fn commit(mut self, manifest: &Manifest) -> Result<PathBuf, StageError> {
+        let manifest_path = self.tmp.join(MANIFEST);
+        let json = serde_json::to_vec_pretty(manifest).map_err(|e| StageError::Corrupt {
+            path: manifest_path.clone(),
+            message: e.to_string(),
+        })?;
+        std::fs::write(&manifest_path, json).map_err(io(&manifest_path))?;
+        sync_tree(&self.tmp)?;
+        let owner = self.tmp.join(OWNER_FILE);
+        std::fs::remove_file(&owner).map_err(io(&owner))?;
+        std::fs::rename(&self.tmp, &self.target).map_err(io(&self.target))?;
+        if let Some(parent) = self.target.parent() {
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(io(parent))?;
+        }
+        self.done = true;
+        Ok(self.target.clone())
+    }
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+/// fsyncs every file and directory below `dir`, so the rename publishes durable content.
+fn sync_tree(dir: &Path) -> Result<(), StageError> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io(&d))? {
+            let entry = entry.map_err(io(&d))?;
+            let ft = entry.file_type().map_err(io(&entry.path()))?;
+            if ft.is_dir() {
+                stack.push(entry.path());
+            } else if ft.is_file() {
+                std::fs::File::open(entry.path())
+                    .and_then(|f| f.sync_all())
+                    .map_err(io(&entry.path()))?;
+            }
+        }
+        std::fs::File::open(&d)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&d))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(id: &str) -> Manifest {
+        Manifest {
+            version: 1,
+            id: id.into(),
+            session: id.into(),
+            created_at: crate::audit::now(),
+            trust_level: TrustLevel::Untrusted,
+            image: "img".into(),
+            image_id: "sha256:x".into(),
+            command: vec!["report".into()],
+            exit_code: Some(0),
+            inputs: vec![],
+            files: vec![ExtractedFile {
+                path: "a.txt".into(),
+                size: 1,
+                sha256: "00".into(),
+            }],
+            rejected: vec![],
+            rejected_omitted: 0,
+            bytes: 1,
+            repo_head: None,
+        }
+    }
+
+    #[test]
+    fn a_committed_stage_appears_whole_and_an_abandoned_one_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let stage = Stage::new(dir.path());
+        let b = stage.begin("aaaa").unwrap();
+        std::fs::write(b.files_dir().join("a.txt"), "x").unwrap();
+        b.commit(&manifest("aaaa")).unwrap();
+        {
+            let b = stage.begin("bbbb").unwrap();
+            std::fs::write(b.files_dir().join("half.txt"), "x").unwrap();
+        }
+        let list = stage.list().unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].status, "pending");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "abandoned build removed"
+        );
+        assert!(matches!(stage.begin("aaaa"), Err(StageError::Exists(_))));
+    }
+
+    #[test]
+    fn orphans_of_dead_processes_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let stage = Stage::new(dir.path());
+        let live = stage.begin("cccc").unwrap();
+        let dead = dir.path().join(".tmp-dddd");
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::write(dead.join(OWNER_FILE), "old-boot:1:1").unwrap();
+        assert_eq!(
+            stage.remove_orphans().unwrap(),
+            vec![".tmp-dddd".to_string()]
+        );
+        assert!(live.files_dir().exists());
+    }
+
+    #[test]
+    fn status_moves_are_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let stage = Stage::new(dir.path());
+        stage
+            .begin("eeee")
+            .unwrap()
+            .commit(&manifest("eeee"))
+            .unwrap();
+        assert_eq!(stage.status("eeee").unwrap(), Status::Pending);
+        write_status(&stage, "eeee", &Status::Discarded { at: "now".into() }).unwrap();
+        assert_eq!(stage.status("eeee").unwrap().word(), "discarded");
+    }
+}

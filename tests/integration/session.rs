@@ -1,0 +1,536 @@
+//! User stories for one session: from `golem-orch run` to the clearance stage.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{docker_lines, hostile_image, stderr_text, wait_until, Golem};
+
+fn rejected_reasons(manifest: &Value) -> Vec<(String, String)> {
+    manifest["rejected"]
+        .as_array()
+        .expect("rejected array")
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap_or("").to_string(),
+                r["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn staged_paths(manifest: &Value) -> Vec<String> {
+    manifest["files"]
+        .as_array()
+        .expect("files array")
+        .iter()
+        .map(|f| f["path"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Runs the hostile image in `mode` and returns (run JSON, exit code).
+fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> (Value, i32) {
+    let image = hostile_image();
+    let mut args = vec!["run", "--json", "--image", image];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(mode);
+    g.json(args)
+}
+
+#[test]
+fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
+    let g = Golem::new();
+    let input = g.file("notes.txt", "Quarterly numbers\nrevenue went up\n");
+    let (run, code) = g.json(["run", "--untrusted", "--json", input.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(run["status"], "staged");
+    assert_eq!(run["exit_code"], 0);
+    let staged = run["staged"].as_str().expect("staged id").to_string();
+    assert_eq!(run["session"], staged);
+
+    let report =
+        std::fs::read_to_string(g.staged_files(&staged).join("report.md")).expect("report.md");
+    assert!(
+        report.contains("notes.txt") && report.contains("revenue went up"),
+        "{report}"
+    );
+
+    // The --json contracts scripts rely on.
+    let (list, code) = g.json(["staged", "--json"]);
+    assert_eq!(code, 0);
+    let entry = &list.as_array().expect("array")[0];
+    for key in ["id", "session", "files", "bytes", "created_at", "status"] {
+        assert!(!entry[key].is_null(), "staged --json lacks {key}: {entry}");
+    }
+    assert_eq!(entry["status"], "pending");
+    let (manifest, code) = g.json(["show", &staged[..12], "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(manifest["trust_level"], "untrusted");
+    let input_rec = &manifest["inputs"][0];
+    assert_eq!(input_rec["name"], "notes.txt");
+    assert_eq!(input_rec["size"], 34);
+    assert_eq!(input_rec["sha256"].as_str().unwrap().len(), 64);
+    let mut files = staged_paths(&manifest);
+    files.sort();
+    assert_eq!(files, ["report.json", "report.md"]);
+    assert!(
+        manifest["files"][0]["sha256"].is_string()
+            && manifest["rejected"].as_array().unwrap().is_empty()
+    );
+
+    // The audit log tells the whole story, in order, with an unbroken chain.
+    let events: Vec<String> = g
+        .audit()
+        .iter()
+        .map(|r| r["event"].as_str().unwrap_or("").to_string())
+        .collect();
+    let expected = [
+        "session.created",
+        "session.inputs",
+        "session.plan",
+        "container.created",
+        "container.started",
+        "container.exited",
+        "session.staged",
+        "container.removed",
+        "session.finished",
+    ];
+    let mut at = 0;
+    for e in &events {
+        if at < expected.len() && e == expected[at] {
+            at += 1;
+        }
+    }
+    assert_eq!(
+        at,
+        expected.len(),
+        "audit events out of order or missing: {events:?}"
+    );
+    assert!(g.output(["audit", "--verify"]).status.success());
+    g.assert_clean();
+}
+
+#[test]
+fn the_worker_sees_its_input_read_only_and_nothing_else_of_the_host() {
+    let g = Golem::new();
+    let input = g.file("in/doc.txt", "evidence");
+    g.file("not-an-input.txt", "secret neighbour");
+    let mut cmd = g.cmd([
+        "run",
+        "--json",
+        "--image",
+        hostile_image(),
+        input.to_str().unwrap(),
+        "--",
+        "probe",
+    ]);
+    cmd.env("GOLEM_TEST_SECRET", "hunter2-must-not-leak");
+    let out = cmd.output().expect("run");
+    let run: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(run["status"], "staged", "{run} {}", stderr_text(&out));
+    let probe_text = std::fs::read_to_string(
+        g.staged_files(run["staged"].as_str().unwrap())
+            .join("probe.json"),
+    )
+    .expect("probe.json");
+    let probe: Value = serde_json::from_str(&probe_text).expect("probe json");
+
+    // Not root, no capabilities, no way to gain privileges.
+    assert_eq!(probe["uid"], 65534);
+    assert_eq!(probe["euid"], 65534);
+    assert_ne!(probe["gid"], 0);
+    assert!(
+        probe["cap_eff"]
+            .as_str()
+            .unwrap_or("x")
+            .trim_start_matches('0')
+            .is_empty(),
+        "capabilities: {}",
+        probe["cap_eff"]
+    );
+    assert_eq!(probe["no_new_privs"].as_str().map(str::trim), Some("1"));
+    assert_eq!(probe["setuid_root"]["setuid"]["ok"], false);
+    assert_eq!(probe["setuid_root"]["uid_after"], 65534);
+    assert_eq!(probe["mount_attempt"]["mount"]["ok"], false);
+
+    // Its input, read-only; nothing else of the host project.
+    assert_eq!(probe["input_listing"], serde_json::json!(["doc.txt"]));
+    assert_eq!(probe["can_write_input"]["ok"], false);
+    assert_eq!(probe["can_write_root"]["ok"], false);
+    assert!(!probe_text.contains("secret neighbour") && !probe_text.contains("not-an-input"));
+    let mountinfo = probe["mountinfo"].as_str().unwrap_or("");
+    assert!(
+        !mountinfo.contains(g.project.path().to_str().unwrap()),
+        "project mounted: {mountinfo}"
+    );
+    for target in [" /workspace ", " /repo "] {
+        assert!(
+            !mountinfo.contains(target),
+            "{target} mounted at untrusted level"
+        );
+    }
+
+    // No network interface but loopback, so no egress at all.
+    assert_eq!(probe["interfaces"]["names"], serde_json::json!(["lo"]));
+    for sock in ["/var/run/docker.sock", "/run/docker.sock"] {
+        assert_eq!(probe["docker_sock"][sock]["exists"], false, "{sock}");
+    }
+
+    // The orchestrator's environment does not leak in.
+    assert!(!probe_text.contains("hunter2-must-not-leak"));
+    // Exactly the policy's variables plus the engine's own defaults, none with host values.
+    let env = probe["env"].as_object().expect("env");
+    let mut keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["HOME", "HOSTNAME", "LANG", "PATH"], "{env:?}");
+    assert_eq!(env["HOME"], "/");
+    assert_eq!(env["HOSTNAME"], "golem");
+    g.assert_clean();
+}
+
+#[test]
+fn links_fifos_sockets_and_setuid_files_never_reach_the_stage() {
+    let g = Golem::new();
+    let (run, code) = hostile(&g, &[], &["symlinks"]);
+    assert_eq!(code, 0, "{run}");
+    let staged = run["staged"].as_str().expect("staged").to_string();
+    let (manifest, _) = g.json(["show", &staged, "--json"]);
+    // ok.txt and hard are one inode: tar stores whichever name comes first as the regular file
+    // and the other as a hard link, which is refused. One copy of the content gets through.
+    let accepted = staged_paths(&manifest);
+    assert!(
+        accepted == ["ok.txt"] || accepted == ["hard"],
+        "{accepted:?}"
+    );
+    let linked = if accepted == ["ok.txt"] {
+        "hard"
+    } else {
+        "ok.txt"
+    };
+    let rejected = rejected_reasons(&manifest);
+    let reason_of = |name: &str| {
+        rejected
+            .iter()
+            .find(|(p, _)| p.ends_with(name))
+            .map(|(_, r)| r.clone())
+    };
+    for (bad, why) in [
+        ("passwd", "symlink to /etc/passwd"),
+        ("root", "symlink to /"),
+        (linked, "hard link"),
+        ("fifo", "fifo"),
+        ("suid", "setuid"),
+    ] {
+        let reason =
+            reason_of(bad).unwrap_or_else(|| panic!("{bad} not listed as rejected: {rejected:?}"));
+        assert!(reason.contains(why), "{bad}: {reason}");
+    }
+    // Docker's archiver omits sockets from the stream altogether, so the socket cannot even be
+    // listed; it must simply not be there.
+    assert!(!accepted.iter().any(|p| p.ends_with("sock")));
+    // On disk: one regular file, nothing else, no setuid bit.
+    let files = g.staged_files(&staged);
+    let entries: Vec<_> = std::fs::read_dir(&files)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(entries.len(), 1);
+    let meta = std::fs::symlink_metadata(files.join(&accepted[0])).unwrap();
+    assert!(meta.file_type().is_file());
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+        0o644
+    );
+    // The audit log names every refusal.
+    let audited = g
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "entry.rejected")
+        .count();
+    assert_eq!(audited, rejected.len());
+    g.assert_clean();
+}
+
+#[test]
+fn hostile_names_are_rejected_with_a_reason() {
+    let g = Golem::new();
+    let (run, code) = hostile(&g, &[], &["names"]);
+    assert_eq!(code, 0, "{run}");
+    let (manifest, _) = g.json(["show", run["staged"].as_str().unwrap(), "--json"]);
+    assert_eq!(staged_paths(&manifest), ["ok.txt"]);
+    assert_eq!(rejected_reasons(&manifest).len(), 3, "{manifest}");
+    g.assert_clean();
+}
+
+#[test]
+fn a_worker_over_the_byte_cap_cannot_fill_the_host() {
+    let g = Golem::new();
+    g.file("golem.yaml", "levels:\n  untrusted:\n    output:\n      max_total_bytes: 2MiB\n      max_file_bytes: 2MiB\n");
+    let (run, code) = hostile(&g, &[], &["fill"]);
+    // The kernel stopped the writes at the volume's size; what exists is within the cap.
+    assert_eq!(code, 0, "{run}");
+    let bytes = run["bytes"].as_u64().unwrap();
+    assert!(bytes <= 2 << 20, "staged {bytes} bytes over a 2 MiB cap");
+    let logs =
+        String::from_utf8_lossy(&g.output(["logs", run["session"].as_str().unwrap()]).stdout)
+            .into_owned();
+    assert!(
+        logs.contains("No space left on device") || logs.contains("os error 28"),
+        "{logs}"
+    );
+    g.assert_clean();
+}
+
+#[test]
+fn a_file_over_the_per_file_cap_is_rejected_and_the_rest_staged() {
+    let g = Golem::new();
+    g.file(
+        "golem.yaml",
+        "levels:\n  untrusted:\n    output:\n      max_file_bytes: 64KiB\n",
+    );
+    let (run, code) = hostile(&g, &[], &["bigfile", "200000"]);
+    assert_eq!(code, 0, "{run}");
+    let (manifest, _) = g.json(["show", run["staged"].as_str().unwrap(), "--json"]);
+    assert_eq!(staged_paths(&manifest), ["ok.txt"]);
+    let rejected = rejected_reasons(&manifest);
+    assert_eq!(rejected.len(), 1);
+    assert!(rejected[0].0.ends_with("big"), "{rejected:?}");
+    g.assert_clean();
+}
+
+#[test]
+fn too_many_files_rejects_the_output_as_a_whole() {
+    let g = Golem::new();
+    g.file(
+        "golem.yaml",
+        "levels:\n  untrusted:\n    output:\n      max_files: 20\n",
+    );
+    let (run, code) = hostile(&g, &[], &["many", "30"]);
+    assert_eq!(run["status"], "rejected", "{run}");
+    assert_eq!(code, 6);
+    assert!(run["staged"].is_null());
+    let (list, _) = g.json(["staged", "--json"]);
+    assert_eq!(list, serde_json::json!([]));
+    assert!(g.audit().iter().any(|r| r["event"] == "output.rejected"));
+    g.assert_clean();
+}
+
+#[test]
+fn a_worker_past_its_timeout_is_killed_and_reported() {
+    let g = Golem::new();
+    let (run, code) = hostile(&g, &["--timeout", "2s"], &["ignore-term"]);
+    assert_eq!(run["status"], "timeout", "{run}");
+    assert_eq!(run["timed_out"], true);
+    assert_eq!(code, 4);
+    assert!(run["staged"].is_null());
+    let exited = g
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "container.exited")
+        .expect("exit audited");
+    assert_eq!(exited["data"]["timed_out"], true);
+    g.assert_clean();
+}
+
+#[test]
+fn a_memory_bomb_is_oom_killed_and_reported() {
+    let g = Golem::new();
+    let (run, code) = hostile(&g, &["--memory", "64m"], &["membomb"]);
+    assert_eq!(run["status"], "oom", "{run}");
+    assert_eq!(run["oom_killed"], true);
+    assert_eq!(code, 5);
+    g.assert_clean();
+}
+
+#[test]
+fn a_failing_worker_still_has_its_output_staged_and_its_exit_code_reported() {
+    let g = Golem::new();
+    let (run, code) = hostile(&g, &[], &["exit", "7"]);
+    assert_eq!(run["status"], "staged", "{run}");
+    assert_eq!(run["exit_code"], 7);
+    assert_eq!(code, 3);
+    g.assert_clean();
+}
+
+#[test]
+fn dry_run_prints_the_exact_container_and_starts_nothing() {
+    let g = Golem::new();
+    let input = g.file("a.txt", "x");
+    let out = g.output(["run", "--dry-run", input.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "network    none",
+        "rootfs     read-only",
+        "caps       drop ALL",
+        "no-new-privileges",
+        "/input",
+        "ro  bind",
+        "/output",
+    ] {
+        assert!(text.contains(needle), "dry run lacks {needle:?}:\n{text}");
+    }
+    let (plan, code) = g.json([
+        "run",
+        "--dry-run",
+        "--json",
+        "--memory",
+        "128m",
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(plan["plan"]["memory_bytes"], 128 << 20);
+    assert_eq!(plan["plan"]["cap_drop"], serde_json::json!(["ALL"]));
+    assert!(
+        !g.home.join("sessions").exists()
+            || std::fs::read_dir(g.home.join("sessions")).unwrap().count() == 0
+    );
+    g.assert_clean();
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_failing_exit_code() {
+    let g = Golem::new();
+    let input = g.file("a.txt", "x");
+    let input = input.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "/definitely/not/here.pdf"], "no such file"),
+        (vec!["run", "--trust", "godmode", input], "godmode"),
+        (vec!["run", "--memory", "64g", input], "may only narrow"),
+        (vec!["run", "--timeout", "2h", input], "may only narrow"),
+        (vec!["run", "--memory", "lots", input], "invalid size"),
+        (vec!["run", "ftp://example.org/x"], "only http and https"),
+        (
+            vec!["run", "--image", "no-such-image:here", input],
+            "never pulls",
+        ),
+        (vec!["policy", "show", "superuser"], "superuser"),
+        (vec!["show", "ffffffffffff"], "no staged commit matches"),
+        (vec!["logs", "zzzz"], "no session matches"),
+    ];
+    for (args, needle) in cases {
+        let out = g.output(&args);
+        let err = stderr_text(&out);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            err.contains(needle),
+            "{args:?}: stderr lacks {needle:?}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+            "{args:?} panicked: {err}"
+        );
+    }
+    // A typo in the project's policy file is located precisely.
+    g.file(
+        "golem.yaml",
+        "levels:\n  untrusted:\n    resources:\n      memroy: 1g\n",
+    );
+    let out = g.output(["run", input]);
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("golem.yaml:4:") && err.contains("memroy"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    g.assert_clean();
+}
+
+#[test]
+fn policy_show_prints_the_effective_narrowed_policy() {
+    let g = Golem::new();
+    g.file(
+        "golem.yaml",
+        "levels:\n  session:\n    resources:\n      memory: 128m\n",
+    );
+    let (p, code) = g.json(["policy", "show", "session", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(p["resources"]["memory"], "128MiB");
+    assert_eq!(p["mounts"]["workspace"], "rw");
+    assert_eq!(p["sources"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn ctrl_c_cancels_the_session_and_removes_its_container() {
+    let g = Golem::new();
+    let image = hostile_image();
+    let child = g
+        .cmd(["run", "--json", "--image", image, "--", "sleep", "300"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let label = format!("label=golem.home={}", g.home.display());
+    assert!(
+        wait_until(Duration::from_secs(60), || docker_lines(&[
+            "ps",
+            "-q",
+            "--filter",
+            &label,
+            "--filter",
+            "label=golem.role=worker"
+        ])
+        .len()
+            == 1),
+        "worker never started"
+    );
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130));
+    let run: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(run["status"], "cancelled");
+    g.assert_clean();
+}
+
+#[test]
+fn gc_cleans_up_after_an_orchestrator_killed_mid_session() {
+    let g = Golem::new();
+    let image = hostile_image();
+    let mut child = g
+        .cmd(["run", "--image", image, "--", "sleep", "300"])
+        .spawn()
+        .expect("spawn");
+    let label = format!("label=golem.home={}", g.home.display());
+    assert!(
+        wait_until(Duration::from_secs(60), || docker_lines(&[
+            "ps",
+            "-q",
+            "--filter",
+            &label,
+            "--filter",
+            "label=golem.role=worker"
+        ])
+        .len()
+            == 1),
+        "worker never started"
+    );
+    child.kill().expect("SIGKILL the orchestrator");
+    child.wait().expect("reap");
+    assert!(
+        !g.leftovers().is_empty(),
+        "the kill should have left the container behind"
+    );
+
+    let (report, code) = g.json(["gc", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        report["containers"].as_array().unwrap().len(),
+        2,
+        "worker and holder: {report}"
+    );
+    assert_eq!(report["volumes"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(
+        report["sessions_failed"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    let (sessions, _) = g.json(["sessions", "--json"]);
+    assert_eq!(sessions[0]["status"], "failed");
+    assert!(g
+        .audit()
+        .iter()
+        .any(|r| r["event"] == "session.failed" && r["data"]["by"] == "gc"));
+    g.assert_clean();
+}
