@@ -4,6 +4,8 @@
 //! The binary (`src/main.rs`) is a thin shell over this library; see `ARCHITECTURE.md` for the
 //! flow of one session and the invariants each module keeps.
 
+#![warn(missing_docs)]
+
 pub mod audit;
 pub mod container;
 pub mod engine;

@@ -534,3 +534,38 @@ fn gc_cleans_up_after_an_orchestrator_killed_mid_session() {
         .any(|r| r["event"] == "session.failed" && r["data"]["by"] == "gc"));
     g.assert_clean();
 }
+
+/// The mount point and whether it is read-only, from /proc/self/mountinfo lines.
+fn mounts(mountinfo: &str) -> Vec<(String, bool)> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f.get(4)?.to_string(), f.get(5)?.split(',').any(|o| o == "ro")))
+        })
+        .collect()
+}
+
+#[test]
+fn higher_trust_levels_add_exactly_their_mounts() {
+    let g = Golem::new();
+    let status = std::process::Command::new("git").args(["init", "-q"]).current_dir(g.project.path()).status().expect("git");
+    assert!(status.success());
+    g.file("README.md", "a project");
+    let image = hostile_image();
+    let probe_mounts = |level: &str| {
+        let (run, code) = g.json(["run", "--json", level, "--image", image, "--", "probe"]);
+        assert_eq!(code, 0, "{level}: {run}");
+        let text = std::fs::read_to_string(g.staged_files(run["staged"].as_str().unwrap()).join("probe.json")).unwrap();
+        let probe: Value = serde_json::from_str(&text).unwrap();
+        let all = mounts(probe["mountinfo"].as_str().unwrap_or(""));
+        let find = |target: &str| all.iter().find(|(m, _)| m == target).map(|(_, ro)| *ro);
+        (find("/input"), find("/workspace"), find("/repo"), find("/output"), find("/"))
+    };
+    // (input, workspace, repo, output, root): Some(true) = read-only, Some(false) = writable.
+    assert_eq!(probe_mounts("--untrusted"), (Some(true), None, None, Some(false), Some(true)));
+    assert_eq!(probe_mounts("--session"), (Some(true), Some(false), None, Some(false), Some(true)));
+    assert_eq!(probe_mounts("--workspace"), (Some(true), Some(false), Some(true), Some(false), Some(true)));
+    assert_eq!(probe_mounts("--full"), (Some(true), Some(false), Some(false), Some(false), Some(true)));
+    g.assert_clean();
+}
