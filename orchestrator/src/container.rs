@@ -205,6 +205,17 @@ pub fn worker_body(plan: &ContainerPlan, volume: &str) -> ContainerCreateBody {
         })
         .collect();
     mounts.push(output_mount(plan, volume, false));
+    mounts.extend(plan.masks.iter().map(|target| Mount {
+        target: Some(target.clone()),
+        typ: Some(MountType::TMPFS),
+        read_only: Some(true),
+        tmpfs_options: Some(bollard::models::MountTmpfsOptions {
+            size_bytes: Some(4096),
+            mode: Some(0o500),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
     host.mounts = Some(mounts);
     ContainerCreateBody {
         image: Some(plan.image.clone()),
@@ -436,6 +447,7 @@ mod tests {
                 input: "/h/in".into(),
                 workspace: "/h/ws".into(),
                 repo: None,
+                state: "/h/.golem".into(),
             },
             &Command {
                 image: "img".into(),

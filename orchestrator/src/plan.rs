@@ -90,6 +90,8 @@ pub struct ContainerPlan {
     pub security_opt: Vec<String>,
     /// tmpfs mounts and their options.
     pub tmpfs: BTreeMap<String, String>,
+    /// Paths hidden behind an empty read-only tmpfs (the state directory inside `/repo`).
+    pub masks: Vec<String>,
     /// Memory limit in bytes; swap is set equal so there is none.
     pub memory_bytes: u64,
     /// CPU limit in billionths of a core.
@@ -113,6 +115,8 @@ pub struct HostPaths {
     pub workspace: PathBuf,
     /// The project's git repository, when there is one.
     pub repo: Option<PathBuf>,
+    /// The state directory (`.golem`), hidden from the container when it lies inside the repository.
+    pub state: PathBuf,
 }
 
 /// What the worker should run.
@@ -132,6 +136,9 @@ pub enum PlanError {
     /// The level mounts the repository but none was found.
     #[error("the {0} trust level mounts the project's git repository, but no repository was found from the current directory")]
     NoRepo(TrustLevel),
+    /// The repository lies inside the state directory, so hiding the state would hide the repository.
+    #[error("the repository {0} is inside golem-orch's state directory; choose another --home")]
+    RepoInsideState(PathBuf),
     /// Networking was requested where the policy forbids it.
     #[error("the {0} trust level does not allow a network (only full may opt in)")]
     NetworkForbidden(TrustLevel),
@@ -161,13 +168,32 @@ pub fn build(
             read_only: policy.mounts.workspace == Access::Ro,
         });
     }
+    let mut masks = Vec::new();
     if policy.mounts.repo != Access::None {
         let repo = paths.repo.clone().ok_or(PlanError::NoRepo(policy.level))?;
+        if repo.starts_with(&paths.state) {
+            return Err(PlanError::RepoInsideState(repo));
+        }
+        // The stage and audit log must never be reachable from a container: a worker that could
+        // write them could forge what a person reviews and pushes.
+        if let Ok(rel) = paths.state.strip_prefix(&repo) {
+            masks.push(format!("{REPO_TARGET}/{}", rel.display()));
+        }
+        let git = repo.join(".git");
         binds.push(BindMount {
             source: repo,
             target: REPO_TARGET.into(),
             read_only: policy.mounts.repo == Access::Ro,
         });
+        // A writable .git would let a worker plant hooks or `core.fsmonitor`, which the host runs
+        // on the person's next git command. The work tree may be writable; git's metadata never is.
+        if policy.mounts.repo == Access::Rw && git.exists() {
+            binds.push(BindMount {
+                source: git,
+                target: format!("{REPO_TARGET}/.git"),
+                read_only: true,
+            });
+        }
     }
     let network = if allow_network {
         if !policy.network.allow_opt_in {
@@ -217,6 +243,7 @@ pub fn build(
         cap_drop: vec!["ALL".into()],
         security_opt: vec!["no-new-privileges:true".into()],
         tmpfs: BTreeMap::from([("/tmp".to_string(), tmp)]),
+        masks,
         memory_bytes: policy.resources.memory.bytes(),
         nano_cpus: (policy.resources.cpus * 1e9) as i64,
         pids_limit: i64::try_from(policy.resources.pids).unwrap_or(i64::MAX),
@@ -277,6 +304,9 @@ impl fmt::Display for ContainerPlan {
         for (path, opts) in &self.tmpfs {
             writeln!(f, "  {path:<11} rw  tmpfs {opts}")?;
         }
+        for path in &self.masks {
+            writeln!(f, "  {path:<11} ro  empty tmpfs hiding golem-orch's state")?;
+        }
         writeln!(f, "env")?;
         for (k, v) in &self.env {
             writeln!(f, "  {k}={v}")?;
@@ -324,6 +354,7 @@ mod tests {
                 input: "/h/in".into(),
                 workspace: "/h/ws".into(),
                 repo: repo.map(PathBuf::from),
+                state: "/r/.golem".into(),
             },
             &Command {
                 image: "img".into(),
@@ -395,6 +426,21 @@ mod tests {
                 .network,
             NetworkMode::Bridge
         );
+    }
+
+    #[test]
+    fn the_state_directory_is_hidden_and_git_metadata_never_writable() {
+        let plan = plan_for(TrustLevel::Workspace, Some("/r"), false).unwrap();
+        assert_eq!(plan.masks, ["/repo/.golem"]);
+        let plan = plan_for(TrustLevel::Full, Some("/elsewhere"), false).unwrap();
+        assert!(
+            plan.masks.is_empty(),
+            "state outside the repo needs no mask"
+        );
+        assert!(matches!(
+            plan_for(TrustLevel::Full, Some("/r/.golem/x"), false),
+            Err(PlanError::RepoInsideState(_))
+        ));
     }
 
     #[test]

@@ -260,6 +260,7 @@ pub fn host_paths(
         input: home.session_dir(session).join("input"),
         workspace,
         repo,
+        state: home.root().to_path_buf(),
     })
 }
 

@@ -541,7 +541,10 @@ fn mounts(mountinfo: &str) -> Vec<(String, bool)> {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            Some((f.get(4)?.to_string(), f.get(5)?.split(',').any(|o| o == "ro")))
+            Some((
+                f.get(4)?.to_string(),
+                f.get(5)?.split(',').any(|o| o == "ro"),
+            ))
         })
         .collect()
 }
@@ -549,23 +552,154 @@ fn mounts(mountinfo: &str) -> Vec<(String, bool)> {
 #[test]
 fn higher_trust_levels_add_exactly_their_mounts() {
     let g = Golem::new();
-    let status = std::process::Command::new("git").args(["init", "-q"]).current_dir(g.project.path()).status().expect("git");
+    let status = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(g.project.path())
+        .status()
+        .expect("git");
     assert!(status.success());
     g.file("README.md", "a project");
     let image = hostile_image();
     let probe_mounts = |level: &str| {
         let (run, code) = g.json(["run", "--json", level, "--image", image, "--", "probe"]);
         assert_eq!(code, 0, "{level}: {run}");
-        let text = std::fs::read_to_string(g.staged_files(run["staged"].as_str().unwrap()).join("probe.json")).unwrap();
+        let text = std::fs::read_to_string(
+            g.staged_files(run["staged"].as_str().unwrap())
+                .join("probe.json"),
+        )
+        .unwrap();
         let probe: Value = serde_json::from_str(&text).unwrap();
         let all = mounts(probe["mountinfo"].as_str().unwrap_or(""));
         let find = |target: &str| all.iter().find(|(m, _)| m == target).map(|(_, ro)| *ro);
-        (find("/input"), find("/workspace"), find("/repo"), find("/output"), find("/"))
+        (
+            find("/input"),
+            find("/workspace"),
+            find("/repo"),
+            find("/output"),
+            find("/"),
+        )
     };
     // (input, workspace, repo, output, root): Some(true) = read-only, Some(false) = writable.
-    assert_eq!(probe_mounts("--untrusted"), (Some(true), None, None, Some(false), Some(true)));
-    assert_eq!(probe_mounts("--session"), (Some(true), Some(false), None, Some(false), Some(true)));
-    assert_eq!(probe_mounts("--workspace"), (Some(true), Some(false), Some(true), Some(false), Some(true)));
-    assert_eq!(probe_mounts("--full"), (Some(true), Some(false), Some(false), Some(false), Some(true)));
+    assert_eq!(
+        probe_mounts("--untrusted"),
+        (Some(true), None, None, Some(false), Some(true))
+    );
+    assert_eq!(
+        probe_mounts("--session"),
+        (Some(true), Some(false), None, Some(false), Some(true))
+    );
+    assert_eq!(
+        probe_mounts("--workspace"),
+        (Some(true), Some(false), Some(true), Some(false), Some(true))
+    );
+    assert_eq!(
+        probe_mounts("--full"),
+        (
+            Some(true),
+            Some(false),
+            Some(false),
+            Some(false),
+            Some(true)
+        )
+    );
     g.assert_clean();
+}
+
+#[test]
+fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
+    // The common layout: state in ./.golem inside the project's repository, which `full` mounts
+    // read-write at /repo.
+    let g = Golem::new();
+    let status = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(g.project.path())
+        .status()
+        .expect("git");
+    assert!(status.success());
+    let first = g.file("a.txt", "first session");
+    let mut cmd = g.cmd(["run", "--json", first.to_str().unwrap()]);
+    cmd.env("GOLEM_HOME", g.project.path().join(".golem"));
+    let earlier: Value = serde_json::from_slice(&cmd.output().unwrap().stdout).unwrap();
+    let earlier_id = earlier["staged"]
+        .as_str()
+        .expect("earlier staged")
+        .to_string();
+    let earlier_report = g
+        .project
+        .path()
+        .join(".golem/staged")
+        .join(&earlier_id)
+        .join("files/report.md");
+    let before = std::fs::read(&earlier_report).unwrap();
+
+    let targets = [
+        format!("/repo/.golem/staged/{earlier_id}/files/report.md"),
+        "/repo/.golem/audit.jsonl".to_string(),
+        "/repo/.git/hooks/post-checkout".to_string(),
+        "/repo/.git/config".to_string(),
+        "/repo/allowed.txt".to_string(),
+    ];
+    // Make everything writable by the worker's uid, so that only golem-orch's mounts stand in the
+    // way (the policy grants a read-write work tree; the host's file modes would otherwise decide).
+    let chmod = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(g.project.path())
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    let mut args = vec![
+        "run",
+        "--json",
+        "--full",
+        "--image",
+        hostile_image(),
+        "--",
+        "try-write",
+    ];
+    args.extend(targets.iter().map(String::as_str));
+    let mut cmd = g.cmd(&args);
+    cmd.env("GOLEM_HOME", g.project.path().join(".golem"));
+    let out = cmd.output().unwrap();
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["status"], "staged", "{run} {}", stderr_text(&out));
+    let staged = g
+        .project
+        .path()
+        .join(".golem/staged")
+        .join(run["staged"].as_str().unwrap())
+        .join("files/writes.json");
+    let writes: Value = serde_json::from_str(&std::fs::read_to_string(staged).unwrap()).unwrap();
+
+    // The work tree is writable at `full`, as the policy says...
+    assert_eq!(writes["/repo/allowed.txt"]["ok"], true, "{writes}");
+    // ...but the state directory is not even visible, and git's metadata is read-only.
+    for target in &targets[..4] {
+        assert_eq!(
+            writes[target]["ok"], false,
+            "{target} was writable: {writes}"
+        );
+    }
+    assert_eq!(
+        writes["/repo/.golem/audit.jsonl"]["listing"],
+        serde_json::json!([]),
+        "state directory visible"
+    );
+    assert!(!g.project.path().join(".git/hooks/post-checkout").exists());
+    assert_eq!(std::fs::read(&earlier_report).unwrap(), before);
+    assert!(g
+        .cmd(["audit", "--verify"])
+        .env("GOLEM_HOME", g.project.path().join(".golem"))
+        .status()
+        .unwrap()
+        .success());
+    let label = format!(
+        "label=golem.home={}",
+        g.project
+            .path()
+            .join(".golem")
+            .canonicalize()
+            .unwrap()
+            .display()
+    );
+    assert!(docker_lines(&["ps", "-aq", "--filter", &label]).is_empty());
 }

@@ -93,6 +93,7 @@ fn main() -> ExitCode {
     let arg = args.get(1).map(String::as_str);
     let code = match (mode, arg) {
         ("probe", None) => probe(),
+        ("try-write", Some(_)) => try_write(&args[1..]),
         ("symlinks", None) => symlinks(),
         ("names", None) => names(),
         ("fill", max) => match max.map(str::parse::<u64>).transpose() {
@@ -353,6 +354,46 @@ fn probe() -> i32 {
         Err(e) => eprintln!("hostile-worker: cannot write {}: {e}", path.display()),
     }
     0
+}
+
+/// Tries to create (and, if that works, list the parent of) every path given; writes the results
+/// to `/output/writes.json` as `{PATH: {"ok", "error", "errno", "listing"}}`. Used to attack
+/// mounts the worker must not be able to write, or must not even see into.
+fn try_write(paths: &[String]) -> i32 {
+    let mut results = serde_json::Map::new();
+    for path in paths {
+        let p = Path::new(path);
+        let write = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"planted by hostile-worker\n"));
+        let listing: Vec<String> = p
+            .parent()
+            .and_then(|d| fs::read_dir(d).ok())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut entry = match write {
+            Ok(()) => json!({"ok": true, "error": null, "errno": null}),
+            Err(e) => json!({"ok": false, "error": e.to_string(), "errno": errno_of(&e)}),
+        };
+        entry["listing"] = json!(listing);
+        results.insert(path.clone(), entry);
+    }
+    let text = Value::Object(results).to_string();
+    println!("{text}");
+    match fs::write(output_dir().join("writes.json"), text) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hostile-worker: cannot write writes.json: {e}");
+            1
+        }
+    }
 }
 
 fn groups() -> Result<Value, String> {
