@@ -7,11 +7,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::home::FileLock;
 
 /// The `prev` of the first line.
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -133,14 +134,13 @@ impl Audit {
         if events.is_empty() {
             return Ok(());
         }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&self.path)
-            .map_err(self.io())?;
-        let _lock = Flock::exclusive(&file).map_err(self.io())?;
-        let mut prev = last_line_hash(&mut file).map_err(self.io())?;
+        let mut lock = FileLock::open(
+            &self.path,
+            OpenOptions::new().read(true).append(true).create(true),
+        )
+        .map_err(self.io())?;
+        let file = lock.file();
+        let mut prev = last_line_hash(file).map_err(self.io())?;
         let mut buf = Vec::new();
         for e in events {
             let rec = Record {
@@ -227,29 +227,6 @@ fn last_line_hash(file: &mut File) -> std::io::Result<String> {
         None => body,
     };
     Ok(hash(last))
-}
-
-/// An exclusive advisory lock, released on drop (and by the kernel when the file is closed).
-///
-/// Declared after the `File` it locks, so it is dropped first.
-struct Flock(std::os::fd::RawFd);
-
-impl Flock {
-    fn exclusive(file: &File) -> std::io::Result<Flock> {
-        // SAFETY: flock only reads the descriptor, which the caller keeps open longer than the guard.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Flock(file.as_raw_fd()))
-    }
-}
-
-impl Drop for Flock {
-    fn drop(&mut self) {
-        // SAFETY: as above; unlocking cannot fail in a way worth reporting.
-        unsafe { libc::flock(self.0, libc::LOCK_UN) };
-    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,36 @@ enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// Show what a staged commit would change on a branch: added and modified files, as a diff.
+    Diff(TargetArgs),
+    /// Commit a staged commit onto a branch of a git repository (asks first; never touches your work tree).
+    #[command(after_help = PUSH_HELP)]
+    Push {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Commit message summary (provenance trailers are always added).
+        #[arg(long, short = 'm', value_name = "MESSAGE")]
+        message: Option<String>,
+        /// Push without asking (required when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Push even when the branch changed the same paths since the session read the repository.
+        #[arg(long)]
+        force: bool,
+        /// Then push the branch to this remote with your own git credentials.
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+    },
+    /// Throw a pending staged commit away (asks first).
+    Discard {
+        /// Staged commit id or unique prefix.
+        id: String,
+        /// Discard without asking (required when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Build the golem-worker image.
     Image {
         #[command(subcommand)]
@@ -90,6 +120,37 @@ enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+}
+
+const PUSH_HELP: &str = "\
+The commit's parent is the branch's tip; a missing branch is created from HEAD. The default branch
+is golem/<id>, so a push never moves a branch you are working on; pushing to the checked-out
+branch is refused. Every staged file is re-hashed against the manifest first, and the manifest
+against the hash the audit log recorded when it was staged: a tampered stage is refused.
+The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
+Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
+
+Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o.";
+
+/// Which repository, branch and files a diff or push is about.
+#[derive(Debug, Args)]
+struct TargetArgs {
+    /// Staged commit id or unique prefix.
+    id: String,
+    /// The git repository (default: the one containing the current directory).
+    #[arg(long, value_name = "PATH")]
+    repo: Option<PathBuf>,
+    /// Branch to compare with or commit on (default: golem/<id>).
+    #[arg(long, short = 'b', value_name = "BRANCH")]
+    branch: Option<String>,
+    /// Directory inside the repository for the staged files (default: the root).
+    #[arg(long, value_name = "DIR")]
+    prefix: Option<String>,
+    /// Only these staged files or directories.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    only: Vec<String>,
+    #[command(flatten)]
+    json: JsonFlag,
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +297,24 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Logs { session } => logs(&open_home(cli.home.as_deref())?, &session),
         Command::Staged(j) => staged(&open_home(cli.home.as_deref())?, j.json),
         Command::Show { id, json } => show(&open_home(cli.home.as_deref())?, &id, json.json),
+        Command::Diff(t) => diff_cmd(&open_home(cli.home.as_deref())?, &t),
+        Command::Push {
+            target,
+            message,
+            yes,
+            force,
+            remote,
+        } => push_cmd(
+            &open_home(cli.home.as_deref())?,
+            &target,
+            message.as_deref(),
+            yes,
+            force,
+            remote.as_deref(),
+        ),
+        Command::Discard { id, yes, json } => {
+            discard_cmd(&open_home(cli.home.as_deref())?, &id, yes, json.json)
+        }
         Command::Image {
             command: ImageCommand::Build(j),
         } => image_build(j.json).await,
@@ -553,6 +632,171 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             m.rejected_omitted,
             home::short(&m.session)
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves the staged id and opens the target repository, branch and prefix.
+fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::target::Target)> {
+    let id = home::resolve_id(&home.staged_dir(), &t.id, "staged commit")?;
+    let repo = match &t.repo {
+        Some(r) => r.clone(),
+        None => std::env::current_dir()?,
+    };
+    let branch = t
+        .branch
+        .clone()
+        .unwrap_or_else(|| golem_orch::target::default_branch(&id));
+    let target = golem_orch::target::Target::open(&repo, &branch, t.prefix.as_deref())?;
+    Ok((id, target))
+}
+
+fn color_wanted() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
+    let (id, target) = open_target(home, t)?;
+    let stage = Stage::new(home.staged_dir());
+    let manifest = stage.manifest(&id)?;
+    let diffs = golem_orch::diff::compute(&stage, &id, &manifest, &target, &t.only)?;
+    if t.json.json {
+        print_json(
+            &json!({ "staged": id, "repo": target.path, "branch": target.branch, "files": diffs }),
+        )?;
+    } else {
+        print!("{}", golem_orch::diff::render(&diffs, color_wanted()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what a push would do: target, branch, and each file with A/M and its size.
+fn print_proposal(p: &golem_orch::push::Proposal) {
+    let branch = if p.new_branch {
+        format!("{} (new, from HEAD)", p.branch)
+    } else {
+        p.branch.clone()
+    };
+    eprintln!(
+        "push {} into {} on branch {branch}",
+        home::short(&p.staged),
+        p.repo
+    );
+    for f in &p.files {
+        let (added, removed) = golem_orch::diff::line_counts(f);
+        let note = match f.change {
+            golem_orch::diff::Change::Unchanged => "unchanged, skipped".to_string(),
+            _ => format!("+{added} -{removed}"),
+        };
+        eprintln!(
+            "  {}  {:<40}  {:>9}  {note}",
+            f.change.mark(),
+            f.path,
+            human_bytes(f.size)
+        );
+    }
+    if !p.conflicts.is_empty() {
+        eprintln!(
+            "  conflicts (changed on the branch since the session started): {}",
+            p.conflicts.join(", ")
+        );
+    }
+}
+
+/// Asks on the terminal; `None` when there is no terminal to ask on.
+fn ask(question: &str) -> Option<String> {
+    if !std::io::stdin().is_terminal() {
+        return None;
+    }
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).ok()?;
+    Some(line.trim().to_ascii_lowercase())
+}
+
+fn push_cmd(
+    home: &Home,
+    t: &TargetArgs,
+    message: Option<&str>,
+    yes: bool,
+    force: bool,
+    remote: Option<&str>,
+) -> Result<ExitCode> {
+    let (id, target) = open_target(home, t)?;
+    let stage = Stage::new(home.staged_dir());
+    let audit = Audit::new(home.audit_path());
+    let proposal = golem_orch::push::propose(&stage, &audit, &id, &target, &t.only)?;
+    if !yes {
+        print_proposal(&proposal);
+        loop {
+            match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
+                None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),
+                Some("d" | "diff") => eprint!(
+                    "{}",
+                    golem_orch::diff::render(&proposal.files, std::io::stderr().is_terminal())
+                ),
+                Some("y" | "yes") => break,
+                Some(_) => {
+                    eprintln!("not pushed; the staged commit stays pending");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+    }
+    let request = golem_orch::push::Request {
+        only: t.only.clone(),
+        message: message.map(str::to_string),
+        force,
+        remote: remote.map(str::to_string),
+    };
+    let pushed = golem_orch::push::execute(&stage, &audit, &id, &target, &request)?;
+    if t.json.json {
+        print_json(&pushed)?;
+    } else {
+        let recovered = if pushed.recovered {
+            " (found from an interrupted earlier push)"
+        } else {
+            ""
+        };
+        println!(
+            "pushed {} as {} on {}{recovered}",
+            home::short(&id),
+            &pushed.commit[..12.min(pushed.commit.len())],
+            pushed.branch
+        );
+        if let Some(r) = &pushed.remote {
+            println!("  and to remote {r}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
+    let stage = Stage::new(home.staged_dir());
+    if !yes {
+        let m = stage.manifest(&id)?;
+        let question = format!(
+            "discard {} ({} file(s), {})? [y/N]: ",
+            home::short(&id),
+            m.files.len(),
+            human_bytes(m.bytes)
+        );
+        match ask(&question).as_deref() {
+            None => bail!("discard needs a person's consent: run it on a terminal, or pass --yes"),
+            Some("y" | "yes") => {}
+            Some(_) => {
+                eprintln!("kept");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    golem_orch::push::discard(&stage, &Audit::new(home.audit_path()), &id)?;
+    if json {
+        print_json(&json!({ "staged": id, "status": "discarded" }))?;
+    } else {
+        println!("discarded {}", home::short(&id));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -136,6 +136,31 @@ pub fn resolve_id(dir: &Path, prefix: &str, kind: &'static str) -> Result<String
     }
 }
 
+/// An open file held under an exclusive `flock`, released when dropped (or by the kernel if the
+/// process dies), so concurrent golem-orch processes serialise on it without stale lock files.
+#[derive(Debug)]
+pub struct FileLock {
+    file: std::fs::File,
+}
+
+impl FileLock {
+    /// Opens `path` with `options` and blocks until the exclusive lock is held.
+    pub fn open(path: &Path, options: &std::fs::OpenOptions) -> std::io::Result<FileLock> {
+        use std::os::fd::AsRawFd;
+        let file = options.open(path)?;
+        // SAFETY: flock only reads the descriptor, which `file` keeps open for the guard's life.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(FileLock { file })
+    }
+
+    /// The locked file, for reading and writing under the lock.
+    pub fn file(&mut self) -> &mut std::fs::File {
+        &mut self.file
+    }
+}
+
 /// Writes a file atomically: a temporary sibling, fsync, rename, fsync of the directory.
 ///
 /// Records are rewritten as sessions progress; a crash must leave either the old or the new

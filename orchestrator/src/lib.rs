@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod container;
+pub mod diff;
 pub mod engine;
 pub mod extract;
 pub mod gc;
@@ -17,6 +18,8 @@ pub mod intake;
 pub mod owner;
 pub mod plan;
 pub mod policy;
+pub mod push;
 pub mod session;
 pub mod stage;
+pub mod target;
 pub mod units;

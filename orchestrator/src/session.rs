@@ -511,6 +511,14 @@ async fn steps(
 
     let (worker_tag, worker) = (&images.holder_image, &images.worker);
 
+    // The repository's HEAD now, so a push can tell what changed on the branch meanwhile.
+    let repo_head = match (&opts.repo, opts.policy.mounts.repo) {
+        (Some(repo), access) if access != crate::policy::Access::None => {
+            crate::target::head_commit(repo)
+        }
+        _ => None,
+    };
+
     // 3. The plan, derived from the policy alone.
     let paths = host_paths(home, &id, &opts.policy, opts.repo.clone(), true)?;
     let plan: ContainerPlan = plan::build(
@@ -643,9 +651,10 @@ async fn steps(
         rejected: extraction.rejected.clone(),
         rejected_omitted: extraction.rejected_omitted,
         bytes: extraction.total_bytes,
-        repo_head: None,
+        repo_head,
     };
     building.commit(&manifest)?;
+    let manifest_sha256 = crate::stage::manifest_sha256(&stage, &id)?;
     record.staged = Some(id.clone());
     record.files = extraction.files.len();
     record.bytes = extraction.total_bytes;
@@ -654,7 +663,7 @@ async fn steps(
     audit.record(
         Some(&id),
         "session.staged",
-        json!({ "staged": id, "files": record.files, "bytes": record.bytes, "rejected": record.rejected }),
+        json!({ "staged": id, "files": record.files, "bytes": record.bytes, "rejected": record.rejected, "manifest_sha256": manifest_sha256 }),
     )?;
     Ok(())
 }

@@ -70,6 +70,8 @@ pub enum Status {
     Pushed {
         /// The commit id.
         commit: String,
+        /// The branch it was committed on.
+        branch: String,
         /// When.
         at: String,
     },
@@ -136,6 +138,26 @@ pub enum StageError {
     /// A staged commit of that id already exists; staged commits are immutable.
     #[error("staged commit {0} already exists")]
     Exists(String),
+    /// The staged files or manifest no longer match what was staged.
+    #[error("staged commit {id} was modified after staging ({what}); refusing to use it")]
+    Tampered {
+        /// Staged commit id.
+        id: String,
+        /// What does not match.
+        what: String,
+    },
+    /// A status change that would move backwards or sideways.
+    #[error(
+        "staged commit {id} is already {status}; only a pending staged commit can be {wanted}"
+    )]
+    NotPending {
+        /// Staged commit id.
+        id: String,
+        /// Its current status.
+        status: String,
+        /// What was attempted.
+        wanted: String,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StageError + '_ {
@@ -262,8 +284,125 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StageErro
     })
 }
 
-/// Writes a status transition atomically.
-pub fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
+/// sha256 of a manifest's bytes, recorded in the audit log when staged and checked before a push.
+pub fn manifest_sha256(stage: &Stage, id: &str) -> Result<String, StageError> {
+    use sha2::{Digest, Sha256};
+    let path = stage.dir(id).join(MANIFEST);
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+impl Stage {
+    /// Checks the files directory holds exactly the manifest's files: no extras, no links, no
+    /// special files. Contents are checked by [`Stage::read_verified`] as they are used, so the
+    /// bytes checked are the bytes used.
+    pub fn verify_layout(&self, id: &str, manifest: &Manifest) -> Result<(), StageError> {
+        let root = self.dir(id).join(FILES);
+        let tampered = |what: String| StageError::Tampered {
+            id: id.to_string(),
+            what,
+        };
+        let expected: std::collections::BTreeSet<&str> =
+            manifest.files.iter().map(|f| f.path.as_str()).collect();
+        let mut found = 0usize;
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
+                let entry = entry.map_err(io(&dir))?;
+                let path = entry.path();
+                let rel = path
+                    .strip_prefix(&root)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .into_owned();
+                let ft = entry.file_type().map_err(io(&path))?;
+                if ft.is_dir() {
+                    stack.push(path);
+                } else if ft.is_file() && expected.contains(rel.as_str()) {
+                    found += 1;
+                } else if ft.is_file() {
+                    return Err(tampered(format!("unexpected file {rel}")));
+                } else {
+                    return Err(tampered(format!("{rel} is not a regular file")));
+                }
+            }
+        }
+        if found != expected.len() {
+            return Err(tampered(format!(
+                "{} staged file(s) missing",
+                expected.len() - found
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads one staged file without following links and checks its size and sha256 against the manifest.
+    pub fn read_verified(&self, id: &str, file: &ExtractedFile) -> Result<Vec<u8>, StageError> {
+        use sha2::{Digest, Sha256};
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir(id).join(FILES).join(&file.path);
+        let tampered = |what: String| StageError::Tampered {
+            id: id.to_string(),
+            what,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| tampered(format!("{}: {e}", file.path)))?;
+        let mut data = Vec::new();
+        f.by_ref()
+            .take(file.size + 1)
+            .read_to_end(&mut data)
+            .map_err(io(&path))?;
+        if data.len() as u64 != file.size || hex::encode(Sha256::digest(&data)) != file.sha256 {
+            return Err(tampered(format!("{} does not match its sha256", file.path)));
+        }
+        Ok(data)
+    }
+
+    /// Moves a pending staged commit to `next` under the stage lock; any other current status is refused.
+    pub fn transition(&self, id: &str, next: &Status) -> Result<(), StageError> {
+        let mut lock = self.lock()?;
+        self.transition_locked(&mut lock, id, next)
+    }
+
+    /// [`Stage::transition`] for a caller that already holds the stage lock (flock is per open
+    /// file, so taking it twice in one process would deadlock).
+    pub fn transition_locked(
+        &self,
+        _held: &mut crate::home::FileLock,
+        id: &str,
+        next: &Status,
+    ) -> Result<(), StageError> {
+        let current = self.status(id)?;
+        if current != Status::Pending {
+            return Err(StageError::NotPending {
+                id: id.to_string(),
+                status: current.word().to_string(),
+                wanted: next.word().to_string(),
+            });
+        }
+        write_status(self, id, next)
+    }
+
+    /// The stage-wide lock that serialises status changes and pushes.
+    pub fn lock(&self) -> Result<crate::home::FileLock, StageError> {
+        let path = self.root.join(".lock");
+        crate::home::FileLock::open(
+            &path,
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )
+        .map_err(io(&path))
+    }
+}
+
+/// Writes a status atomically (callers hold the stage lock; use [`Stage::transition`]).
+fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
     let path = stage.dir(id).join(STATUS);
     let json = serde_json::to_vec_pretty(status).map_err(|e| StageError::Corrupt {
         path: path.clone(),
@@ -413,7 +552,48 @@ mod tests {
             .commit(&manifest("eeee"))
             .unwrap();
         assert_eq!(stage.status("eeee").unwrap(), Status::Pending);
-        write_status(&stage, "eeee", &Status::Discarded { at: "now".into() }).unwrap();
+        stage
+            .transition("eeee", &Status::Discarded { at: "now".into() })
+            .unwrap();
         assert_eq!(stage.status("eeee").unwrap().word(), "discarded");
+        let again = stage.transition(
+            "eeee",
+            &Status::Pushed {
+                commit: "c".into(),
+                branch: "b".into(),
+                at: "now".into(),
+            },
+        );
+        assert!(
+            matches!(again, Err(StageError::NotPending { .. })),
+            "{again:?}"
+        );
+    }
+
+    #[test]
+    fn tampering_with_staged_files_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let stage = Stage::new(dir.path());
+        let b = stage.begin("ffff").unwrap();
+        std::fs::write(b.files_dir().join("a.txt"), "x").unwrap();
+        let mut m = manifest("ffff");
+        m.files[0].sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"x"));
+        b.commit(&m).unwrap();
+        stage.verify_layout("ffff", &m).unwrap();
+        assert_eq!(stage.read_verified("ffff", &m.files[0]).unwrap(), b"x");
+        let files = stage.dir("ffff").join(FILES);
+        std::fs::write(files.join("a.txt"), "y").unwrap();
+        assert!(matches!(
+            stage.read_verified("ffff", &m.files[0]),
+            Err(StageError::Tampered { .. })
+        ));
+        std::fs::write(files.join("a.txt"), "x").unwrap();
+        std::fs::write(files.join("extra.txt"), "x").unwrap();
+        assert!(stage.verify_layout("ffff", &m).is_err());
+        std::fs::remove_file(files.join("extra.txt")).unwrap();
+        std::fs::remove_file(files.join("a.txt")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", files.join("a.txt")).unwrap();
+        assert!(stage.verify_layout("ffff", &m).is_err());
+        assert!(stage.read_verified("ffff", &m.files[0]).is_err());
     }
 }

@@ -1,0 +1,384 @@
+//! User stories for clearance: reviewing, diffing, pushing and discarding staged commits.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::harness::{stderr_text, Golem};
+
+/// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=Person",
+            "-c",
+            "user.email=person@example.org",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A project that is a git repository with one commit holding `files`.
+fn repo_with(g: &Golem, files: &[(&str, &str)]) {
+    git(g.project.path(), &["init", "-q"]);
+    std::fs::write(g.project.path().join(".gitignore"), ".golem/\n").unwrap();
+    for (name, content) in files {
+        g.file(name, content);
+    }
+    git(g.project.path(), &["add", "-A"]);
+    git(g.project.path(), &["commit", "-q", "-m", "initial"]);
+}
+
+/// Stages the default worker's report of one input; returns the staged id.
+fn stage_report(g: &Golem, level: &str) -> String {
+    let input = g.file("inbox/letter.txt", "Dear reviewer,\nplease read me.\n");
+    let (run, code) = g.json(["run", level, "--json", input.to_str().unwrap()]);
+    assert_eq!(code, 0, "{run}");
+    run["staged"].as_str().expect("staged").to_string()
+}
+
+/// Everything a push must leave alone: HEAD, the index and the working tree.
+fn snapshot(dir: &Path) -> (String, String, String) {
+    (
+        git(dir, &["rev-parse", "HEAD"]),
+        git(dir, &["ls-files", "-s"]),
+        git(dir, &["status", "--porcelain"]),
+    )
+}
+
+#[test]
+fn push_makes_exactly_one_commit_on_its_branch_and_touches_nothing_else() {
+    let g = Golem::new();
+    repo_with(&g, &[("README.md", "project\n")]);
+    let id = stage_report(&g, "--untrusted");
+    let before = snapshot(g.project.path());
+    let (pushed, code) = g.json([
+        "push",
+        &id,
+        "--yes",
+        "--json",
+        "--prefix",
+        "reviews",
+        "--branch",
+        "golem/review",
+    ]);
+    assert_eq!(code, 0, "{pushed}");
+    let commit = pushed["commit"].as_str().unwrap();
+
+    let dir = g.project.path();
+    assert_eq!(snapshot(dir), before, "HEAD, index or working tree changed");
+    assert_eq!(git(dir, &["rev-parse", "golem/review"]), commit);
+    assert_eq!(
+        git(dir, &["rev-parse", "golem/review^"]),
+        before.0,
+        "parent is the branch's base"
+    );
+    assert_eq!(
+        git(dir, &["rev-list", "--count", "main..golem/review"]),
+        "1"
+    );
+    let changed = git(dir, &["diff", "--name-status", "main", "golem/review"]);
+    assert_eq!(changed, "A\treviews/report.json\nA\treviews/report.md");
+    let committed = git(dir, &["show", "golem/review:reviews/report.md"]);
+    let staged = std::fs::read_to_string(g.staged_files(&id).join("report.md")).unwrap();
+    assert_eq!(committed.trim_end(), staged.trim_end());
+    let message = git(dir, &["log", "-1", "--format=%B", "golem/review"]);
+    for trailer in [
+        "Golem-Staged: ",
+        "Golem-Session: ",
+        "Golem-Trust-Level: untrusted",
+        "Golem-Image: ",
+        "Golem-Input-Sha256: ",
+        "Golem-Manifest-Sha256: ",
+    ] {
+        assert!(message.contains(trailer), "missing {trailer}: {message}");
+    }
+
+    // The stage records the commit and moves only forward.
+    let (manifest, _) = g.json(["show", &id, "--json"]);
+    assert_eq!(manifest["status"], "pushed");
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(g.home.join("staged").join(&id).join("status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["commit"], commit);
+    let again = g.output(["push", &id, "--yes"]);
+    assert!(!again.status.success());
+    assert!(
+        stderr_text(&again).contains("already pushed"),
+        "{}",
+        stderr_text(&again)
+    );
+    let discard = g.output(["discard", &id, "--yes"]);
+    assert!(
+        !discard.status.success(),
+        "a pushed stage cannot be discarded"
+    );
+    assert!(g
+        .audit()
+        .iter()
+        .any(|r| r["event"] == "stage.pushed" && r["data"]["commit"] == commit));
+}
+
+#[test]
+fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
+    let g = Golem::new();
+    repo_with(&g, &[("README.md", "project\n")]);
+    let id = stage_report(&g, "--untrusted");
+    // The branch already has report.md (different) and report.json (identical).
+    let dir = g.project.path();
+    git(dir, &["checkout", "-q", "-b", "reports"]);
+    std::fs::write(dir.join("report.md"), "an older report\n").unwrap();
+    std::fs::copy(
+        g.staged_files(&id).join("report.json"),
+        dir.join("report.json"),
+    )
+    .unwrap();
+    git(dir, &["add", "report.md", "report.json"]);
+    git(dir, &["commit", "-q", "-m", "old reports"]);
+    git(dir, &["checkout", "-q", "main"]);
+
+    let (diff, code) = g.json(["diff", &id, "--branch", "reports", "--json"]);
+    assert_eq!(code, 0, "{diff}");
+    let change = |p: &str| {
+        diff["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == p)
+            .map(|f| f["change"].clone())
+    };
+    assert_eq!(change("report.md"), Some("modified".into()));
+    assert_eq!(change("report.json"), Some("unchanged".into()));
+    let out = g.output(["diff", &id, "--branch", "reports"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("M report.md")
+            && text.contains("-an older report")
+            && text.contains("+# golem-worker report"),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "no colour when piped");
+
+    // Against a branch that does not exist yet (created from HEAD), everything is new.
+    let (diff, _) = g.json(["diff", &id, "--json"]);
+    assert!(
+        diff["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["change"] == "added"),
+        "{diff}"
+    );
+    // Pushing onto the branch commits only what changes.
+    let (pushed, code) = g.json(["push", &id, "--branch", "reports", "--yes", "--json"]);
+    assert_eq!(code, 0, "{pushed}");
+    assert_eq!(
+        git(dir, &["diff", "--name-status", "reports^", "reports"]),
+        "M\treport.md"
+    );
+}
+
+#[test]
+fn a_tampered_stage_is_refused() {
+    let g = Golem::new();
+    repo_with(&g, &[]);
+    let id = stage_report(&g, "--untrusted");
+    let report = g.staged_files(&id).join("report.md");
+    let original = std::fs::read(&report).unwrap();
+    std::fs::write(&report, "# golem-worker report\nall good, merge me\n").unwrap();
+    let out = g.output(["push", &id, "--yes"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_text(&out).contains("modified after staging"),
+        "{}",
+        stderr_text(&out)
+    );
+
+    // Editing the manifest to match is caught by the hash the audit log recorded.
+    std::fs::write(&report, &original).unwrap();
+    let manifest_path = g.home.join("staged").join(&id).join("manifest.json");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap().replace(
+        "\"trust_level\": \"untrusted\"",
+        "\"trust_level\": \"full\"",
+    );
+    std::fs::write(&manifest_path, manifest).unwrap();
+    let out = g.output(["push", &id, "--yes"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_text(&out).contains("manifest does not match"),
+        "{}",
+        stderr_text(&out)
+    );
+    // Nothing reached the repository, and the stage is still pending.
+    assert!(Command::new("git")
+        .current_dir(g.project.path())
+        .args(["rev-parse", "--verify", "-q", "refs/heads/golem/x"])
+        .output()
+        .unwrap()
+        .stdout
+        .is_empty());
+    let (list, _) = g.json(["staged", "--json"]);
+    assert_eq!(list[0]["status"], "pending");
+}
+
+#[test]
+fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
+    let g = Golem::new();
+    repo_with(&g, &[("README.md", "project\n")]);
+    // A workspace session mounts the repository, so its HEAD is recorded.
+    let id = stage_report(&g, "--workspace");
+    let (manifest, _) = g.json(["show", &id, "--json"]);
+    let dir = g.project.path();
+    assert_eq!(manifest["repo_head"], git(dir, &["rev-parse", "HEAD"]));
+    // Meanwhile someone changes report.md on the target branch.
+    git(dir, &["checkout", "-q", "-b", "shared"]);
+    std::fs::write(dir.join("report.md"), "someone else's report\n").unwrap();
+    git(dir, &["add", "report.md"]);
+    git(dir, &["commit", "-q", "-m", "their report"]);
+    git(dir, &["checkout", "-q", "main"]);
+    let tip = git(dir, &["rev-parse", "shared"]);
+
+    let out = g.output(["push", &id, "--branch", "shared", "--yes"]);
+    assert!(!out.status.success());
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("conflict") && err.contains("report.md") && !err.contains("report.json"),
+        "{err}"
+    );
+    assert_eq!(
+        git(dir, &["rev-parse", "shared"]),
+        tip,
+        "branch moved on a refused push"
+    );
+    assert!(g.audit().iter().any(|r| r["event"] == "push.refused"));
+    // --force is the person's explicit override.
+    let (pushed, code) = g.json([
+        "push", &id, "--branch", "shared", "--yes", "--force", "--json",
+    ]);
+    assert_eq!(code, 0, "{pushed}");
+    assert_eq!(git(dir, &["rev-parse", "shared^"]), tip);
+}
+
+#[test]
+fn consent_is_required_and_the_checked_out_branch_is_refused() {
+    let g = Golem::new();
+    repo_with(&g, &[]);
+    let id = stage_report(&g, "--untrusted");
+    let out = g.output(["push", &id]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_text(&out).contains("consent"),
+        "{}",
+        stderr_text(&out)
+    );
+    let out = g.output(["push", &id, "--branch", "main", "--yes"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_text(&out).contains("checked out"),
+        "{}",
+        stderr_text(&out)
+    );
+    let out = g.output(["push", &id, "--prefix", "../escape", "--yes"]);
+    assert!(
+        stderr_text(&out).contains("prefix"),
+        "{}",
+        stderr_text(&out)
+    );
+    let out = g.output(["discard", &id]);
+    assert!(!out.status.success() && stderr_text(&out).contains("consent"));
+    // Still pending after all of that; then a discard is final.
+    let (list, _) = g.json(["staged", "--json"]);
+    assert_eq!(list[0]["status"], "pending");
+    let (d, code) = g.json(["discard", &id, "--yes", "--json"]);
+    assert_eq!((d["status"].as_str(), code), (Some("discarded"), 0));
+    let out = g.output(["push", &id, "--yes"]);
+    assert!(
+        !out.status.success() && stderr_text(&out).contains("already discarded"),
+        "{}",
+        stderr_text(&out)
+    );
+    assert!(g.audit().iter().any(|r| r["event"] == "stage.discarded"));
+}
+
+#[test]
+fn push_can_continue_to_a_remote() {
+    let g = Golem::new();
+    repo_with(&g, &[("README.md", "project\n")]);
+    let remote = tempfile::tempdir().unwrap();
+    git(remote.path(), &["init", "-q", "--bare"]);
+    git(
+        g.project.path(),
+        &["remote", "add", "origin", remote.path().to_str().unwrap()],
+    );
+    let id = stage_report(&g, "--untrusted");
+    let (pushed, code) = g.json(["push", &id, "--yes", "--json", "--remote", "origin"]);
+    assert_eq!(code, 0, "{pushed}");
+    let branch = pushed["branch"].as_str().unwrap();
+    assert_eq!(
+        git(remote.path(), &["rev-parse", branch]),
+        pushed["commit"].as_str().unwrap()
+    );
+
+    // A remote that refuses the ref (it already holds the branch with unrelated history, so the
+    // push is not a fast-forward) leaves the stage pending for a retry.
+    let id2 = stage_report(&g, "--untrusted");
+    let branch2 = format!("golem/{}", &id2[..12]);
+    let dir = g.project.path();
+    git(dir, &["checkout", "-q", "--orphan", "unrelated"]);
+    git(
+        dir,
+        &["commit", "-q", "--allow-empty", "-m", "unrelated history"],
+    );
+    git(
+        dir,
+        &[
+            "push",
+            "-q",
+            "origin",
+            &format!("unrelated:refs/heads/{branch2}"),
+        ],
+    );
+    git(dir, &["checkout", "-q", "-f", "main"]);
+    let out = g.output(["push", &id2, "--yes", "--remote", "origin"]);
+    assert!(!out.status.success(), "a rejected remote push must fail");
+    assert!(
+        stderr_text(&out).contains("origin"),
+        "{}",
+        stderr_text(&out)
+    );
+    let (m, _) = g.json(["show", &id2, "--json"]);
+    assert_eq!(m["status"], "pending");
+    // The retry finds the commit made before the remote refused, instead of making another.
+    git(
+        remote.path(),
+        &["update-ref", "-d", &format!("refs/heads/{branch2}")],
+    );
+    let (retry, code) = g.json(["push", &id2, "--yes", "--json", "--remote", "origin"]);
+    assert_eq!(code, 0, "{retry}");
+    assert_eq!(retry["recovered"], true);
+    assert_eq!(retry["branch"], branch2.as_str());
+    assert_eq!(
+        git(
+            g.project.path(),
+            &["rev-list", "--count", &format!("main..{branch2}")]
+        ),
+        "1"
+    );
+    assert_eq!(
+        git(remote.path(), &["rev-parse", &branch2]),
+        retry["commit"].as_str().unwrap()
+    );
+}
