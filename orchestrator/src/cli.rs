@@ -18,7 +18,7 @@ use golem_orch::policy::{self, TrustLevel};
 use golem_orch::session::{self, RunOptions, SessionStatus};
 use golem_orch::stage::Stage;
 use golem_orch::units::{Limit, Size};
-use golem_orch::{engine, gc, image, plan};
+use golem_orch::{engine, gc, image, plan, workers};
 
 const AFTER_HELP: &str = "\
 Trust levels (lowest first): untrusted, session, workspace, full. See `golem-orch policy show LEVEL`.
@@ -95,6 +95,8 @@ enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// List worker definitions: the built-ins and the project's workers/*.worker files.
+    Workers(JsonFlag),
     /// Build the golem-worker image.
     Image {
         #[command(subcommand)]
@@ -196,10 +198,10 @@ struct RunArgs {
     /// Files, directories or http(s) URLs to process.
     #[arg(value_name = "INPUT")]
     inputs: Vec<String>,
-    /// Trust level for the session.
-    #[arg(long, value_name = "LEVEL", default_value = "untrusted", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
-    trust: TrustLevel,
-    /// Same as --trust untrusted (the default).
+    /// Trust level for the session (default: the worker's own, untrusted for the built-ins).
+    #[arg(long, value_name = "LEVEL", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
+    trust: Option<TrustLevel>,
+    /// Same as --trust untrusted.
     #[arg(long)]
     untrusted: bool,
     /// Same as --trust session.
@@ -211,7 +213,10 @@ struct RunArgs {
     /// Same as --trust full.
     #[arg(long)]
     full: bool,
-    /// Run this local image instead of golem-worker (never pulled).
+    /// Worker definition to run (default: report). See `golem-orch workers`.
+    #[arg(long, short = 'w', value_name = "NAME", conflicts_with = "image")]
+    worker: Option<String>,
+    /// Run this local image instead of a worker definition (never pulled).
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
     /// Lower the policy's wall-clock limit for this run (e.g. 30s, 5m).
@@ -243,15 +248,16 @@ struct RunArgs {
 }
 
 impl RunArgs {
-    fn level(&self) -> TrustLevel {
+    /// The level the person asked for, if any.
+    fn level(&self) -> Option<TrustLevel> {
         if self.session {
-            TrustLevel::Session
+            Some(TrustLevel::Session)
         } else if self.workspace {
-            TrustLevel::Workspace
+            Some(TrustLevel::Workspace)
         } else if self.full {
-            TrustLevel::Full
+            Some(TrustLevel::Full)
         } else if self.untrusted {
-            TrustLevel::Untrusted
+            Some(TrustLevel::Untrusted)
         } else {
             self.trust
         }
@@ -315,6 +321,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Discard { id, yes, json } => {
             discard_cmd(&open_home(cli.home.as_deref())?, &id, yes, json.json)
         }
+        Command::Workers(j) => workers_cmd(j.json),
         Command::Image {
             command: ImageCommand::Build(j),
         } => image_build(j.json).await,
@@ -353,12 +360,24 @@ async fn run(
     policy_dir: Option<&Path>,
     args: RunArgs,
 ) -> Result<ExitCode> {
-    let level = args.level();
-    let mut effective = policy::load(level, policy_dir, project_file().as_deref())?;
-    policy::narrow_for_run(&mut effective.policy, args.memory, args.timeout)?;
-    if args.inputs.is_empty() && args.image.is_none() {
-        bail!("nothing to process: give at least one file, directory or URL (see golem-orch run --help)");
+    let project = project_file();
+    // A worker definition (report by default) unless the person runs their own image directly.
+    let definition = match &args.image {
+        Some(_) => None,
+        None => Some(workers::find(
+            workers_dir(project.as_deref()).as_deref(),
+            args.worker.as_deref().unwrap_or("report"),
+        )?),
+    };
+    let level = args
+        .level()
+        .or(definition.as_ref().map(|d| d.trust))
+        .unwrap_or(TrustLevel::Untrusted);
+    let mut effective = policy::load(level, policy_dir, project.as_deref())?;
+    if let Some(def) = &definition {
+        def.narrow(&mut effective.policy)?;
     }
+    policy::narrow_for_run(&mut effective.policy, args.memory, args.timeout)?;
     if !args.command.is_empty() && args.image.is_none() {
         bail!("arguments after -- are for --image IMAGE; golem-worker's command is fixed");
     }
@@ -366,11 +385,23 @@ async fn run(
     let repo = std::env::current_dir()
         .ok()
         .and_then(|d| session::find_repo(&d));
+    let (image, command, instructions) = match &definition {
+        Some(def) => (
+            (!def.is_builtin_image()).then(|| def.image.clone()),
+            def.command.clone(),
+            Some(def.instructions.clone()).filter(|t| !t.is_empty()),
+        ),
+        None => (args.image.clone(), args.command.clone(), None),
+    };
+    if args.inputs.is_empty() && image.is_none() {
+        bail!("nothing to process: give at least one file, directory or URL (see golem-orch run --help)");
+    }
     let opts = RunOptions {
         policy: effective.policy.clone(),
         sources,
-        image: args.image.clone(),
-        command: args.command.clone(),
+        image,
+        command,
+        instructions,
         keep: args.keep,
         allow_network: args.allow_network,
         repo,
@@ -435,12 +466,15 @@ async fn run(
 fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<ExitCode> {
     let home = Home::peek(home_arg);
     let id = "0".repeat(32);
-    let paths = session::host_paths(&home, &id, &opts.policy, opts.repo.clone(), false)?;
+    let mut paths = session::host_paths(&home, &id, &opts.policy, opts.repo.clone(), false)?;
+    if opts.instructions.is_some() {
+        paths.task = Some(home.session_dir(&id).join("task"));
+    }
     let owner = golem_orch::owner::Owner::current();
-    let command = if opts.image.is_some() {
-        opts.command.clone()
-    } else {
+    let command = if opts.command.is_empty() && opts.image.is_none() {
         session::default_command()
+    } else {
+        opts.command.clone()
     };
     let plan = plan::build(
         "(new session)",
@@ -797,6 +831,35 @@ fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode>
         print_json(&json!({ "staged": id, "status": "discarded" }))?;
     } else {
         println!("discarded {}", home::short(&id));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Project worker definitions live in `workers/` beside the project's golem.yaml.
+fn workers_dir(project_file: Option<&Path>) -> Option<PathBuf> {
+    project_file
+        .and_then(Path::parent)
+        .map(|d| d.join("workers"))
+}
+
+fn workers_cmd(json: bool) -> Result<ExitCode> {
+    let defs = workers::load_all(workers_dir(project_file().as_deref()).as_deref())?;
+    if json {
+        print_json(&defs)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12}  {:<9}  {:<16}  DESCRIPTION",
+        "NAME", "TRUST", "IMAGE"
+    );
+    for d in defs {
+        println!(
+            "{:<12}  {:<9}  {:<16}  {}",
+            d.name,
+            d.trust.as_str(),
+            d.image,
+            d.description
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -239,7 +239,9 @@ pub fn worker_body(plan: &ContainerPlan, volume: &str) -> ContainerCreateBody {
 
 /// The holder's create body: the worker image's `hold` command with almost nothing granted.
 pub fn holder_body(plan: &ContainerPlan, holder_image: &str, volume: &str) -> ContainerCreateBody {
-    let mut host = hardened_host_config(plan, 16 << 20, 4, 100_000_000);
+    // runc's init runs inside the container's cgroup before `hold` starts; 16 MiB was seen to
+    // OOM-kill it under load ("cannot start a stopped process"). A limit, not a reservation.
+    let mut host = hardened_host_config(plan, 64 << 20, 8, 100_000_000);
     host.network_mode = Some("none".into());
     host.runtime = None;
     host.mounts = Some(vec![output_mount(plan, volume, true)]);
@@ -270,12 +272,12 @@ pub async fn create(
     Ok(created.id)
 }
 
-/// Starts a container.
-pub async fn start(docker: &Docker, id: &str) -> Result<(), EngineError> {
+/// Starts a container; `role` names it in errors.
+pub async fn start(docker: &Docker, id: &str, role: &str) -> Result<(), EngineError> {
     docker
         .start_container(id, None)
         .await
-        .map_err(EngineError::api("starting the container"))
+        .map_err(EngineError::api(format!("starting the {role} container")))
 }
 
 /// Waits for the worker to exit, killing it at the timeout; then reads its exit code and OOM flag.
@@ -448,6 +450,7 @@ mod tests {
                 workspace: "/h/ws".into(),
                 repo: None,
                 state: "/h/.golem".into(),
+                task: None,
             },
             &Command {
                 image: "img".into(),
@@ -508,7 +511,7 @@ mod tests {
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].read_only, Some(true));
         assert_eq!(host.network_mode.as_deref(), Some("none"));
-        assert_eq!(host.pids_limit, Some(4));
+        assert_eq!(host.pids_limit, Some(8));
     }
 
     #[test]

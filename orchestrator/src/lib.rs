@@ -23,3 +23,4 @@ pub mod session;
 pub mod stage;
 pub mod target;
 pub mod units;
+pub mod workers;

@@ -117,6 +117,8 @@ pub struct HostPaths {
     pub repo: Option<PathBuf>,
     /// The state directory (`.golem`), hidden from the container when it lies inside the repository.
     pub state: PathBuf,
+    /// A directory holding the worker definition's `instructions.md`, mounted read-only at `/task`.
+    pub task: Option<PathBuf>,
 }
 
 /// What the worker should run.
@@ -166,6 +168,13 @@ pub fn build(
             source: paths.workspace.clone(),
             target: WORKSPACE_TARGET.into(),
             read_only: policy.mounts.workspace == Access::Ro,
+        });
+    }
+    if let Some(task) = &paths.task {
+        binds.push(BindMount {
+            source: task.clone(),
+            target: crate::workers::INSTRUCTIONS_TARGET.into(),
+            read_only: true,
         });
     }
     let mut masks = Vec::new();
@@ -355,6 +364,7 @@ mod tests {
                 workspace: "/h/ws".into(),
                 repo: repo.map(PathBuf::from),
                 state: "/r/.golem".into(),
+                task: None,
             },
             &Command {
                 image: "img".into(),

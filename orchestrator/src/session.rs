@@ -141,6 +141,8 @@ pub struct RunOptions {
     pub repo: Option<PathBuf>,
     /// Download caps.
     pub intake: IntakeLimits,
+    /// A worker definition's instructions, mounted read-only at `/task/instructions.md`.
+    pub instructions: Option<String>,
 }
 
 /// The result `run` reports.
@@ -261,6 +263,7 @@ pub fn host_paths(
         workspace,
         repo,
         state: home.root().to_path_buf(),
+        task: None,
     })
 }
 
@@ -446,7 +449,11 @@ pub async fn resolve_images(docker: &Docker, opts: &RunOptions) -> Result<Images
         None => Worker {
             image: worker_tag.clone(),
             image_id: worker_id,
-            cmd: default_command(),
+            cmd: if opts.command.is_empty() {
+                default_command()
+            } else {
+                opts.command.clone()
+            },
         },
     };
     Ok(Images {
@@ -520,7 +527,14 @@ async fn steps(
     };
 
     // 3. The plan, derived from the policy alone.
-    let paths = host_paths(home, &id, &opts.policy, opts.repo.clone(), true)?;
+    let mut paths = host_paths(home, &id, &opts.policy, opts.repo.clone(), true)?;
+    if let Some(text) = &opts.instructions {
+        let task = home.session_dir(&id).join("task");
+        std::fs::create_dir_all(&task).map_err(io(&task))?;
+        let file = task.join("instructions.md");
+        std::fs::write(&file, text).map_err(io(&file))?;
+        paths.task = Some(task);
+    }
     let plan: ContainerPlan = plan::build(
         &id,
         &opts.policy,
@@ -546,7 +560,7 @@ async fn steps(
         container::holder_body(&plan, worker_tag, &names.volume),
     )
     .await?;
-    container::start(docker, &holder).await?;
+    container::start(docker, &holder, "holder").await?;
     tracker.add(Resource::Container(names.worker.clone()));
     let worker_id = container::create(
         docker,
@@ -559,7 +573,7 @@ async fn steps(
         "container.created",
         json!({ "container": worker_id, "holder": holder, "volume": names.volume, "image": worker.image, "image_id": worker.image_id }),
     )?;
-    container::start(docker, &worker_id).await?;
+    container::start(docker, &worker_id, "worker").await?;
     record.status = SessionStatus::Running;
     save(home, record)?;
     audit.record(

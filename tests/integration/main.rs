@@ -6,3 +6,4 @@
 mod clearance;
 mod harness;
 mod session;
+mod workers;

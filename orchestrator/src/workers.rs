@@ -1,0 +1,402 @@
+//! Worker definitions: `workers/*.worker` files naming an image, a command, the trust level it
+//! needs, and instructions.
+//!
+//! A definition can only narrow what its trust level's policy allows: asking for a mount the
+//! level does not grant is an error that names the mount, and output limits may only go down.
+//! The body after the YAML front matter is handed to the worker read-only at
+//! `/task/instructions.md`, so instructions travel with the worker, not with the input.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{self, Access, Location, Policy, PolicyError, TrustLevel};
+use crate::units::Size;
+
+/// The image name that means "golem-orch's own worker image".
+pub const BUILTIN_IMAGE: &str = "golem-worker";
+/// Where a definition's body appears in the container.
+pub const INSTRUCTIONS_TARGET: &str = "/task";
+
+/// Shipped definitions, compiled in.
+const BUILTIN: [(&str, &str); 2] = [
+    (
+        "builtin:workers/report.worker",
+        include_str!("../../workers/report.worker"),
+    ),
+    (
+        "builtin:workers/text.worker",
+        include_str!("../../workers/text.worker"),
+    ),
+];
+
+/// The front matter of a `.worker` file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct FrontMatter {
+    name: String,
+    description: String,
+    image: String,
+    #[serde(default)]
+    command: Vec<String>,
+    trust: TrustLevel,
+    #[serde(default)]
+    mounts: BTreeMap<String, Access>,
+    #[serde(default)]
+    output: OutputNarrowing,
+}
+
+/// Output limits a definition may lower.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OutputNarrowing {
+    /// Lower total bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_bytes: Option<Size>,
+    /// Lower file count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_files: Option<u64>,
+    /// Lower bytes per file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_bytes: Option<Size>,
+}
+
+/// A loaded worker definition.
+#[derive(Debug, Clone, Serialize)]
+pub struct Definition {
+    /// Name used with `run --worker`.
+    pub name: String,
+    /// One line for `golem-orch workers`.
+    pub description: String,
+    /// `golem-worker` or a local image reference.
+    pub image: String,
+    /// Arguments for the image.
+    pub command: Vec<String>,
+    /// The trust level it needs.
+    pub trust: TrustLevel,
+    /// Mounts it asks for (`input`, `workspace`, `repo`); absent means "what the level grants".
+    pub mounts: BTreeMap<String, Access>,
+    /// Output limits it lowers.
+    pub output: OutputNarrowing,
+    /// Instructions for the worker.
+    pub instructions: String,
+    /// Where it was loaded from.
+    pub source: String,
+}
+
+impl Definition {
+    /// Parses a `.worker` file: `---`, YAML front matter, `---`, then the instructions.
+    pub fn parse(text: &str, file: &str) -> Result<Definition, PolicyError> {
+        let invalid = |line: Option<usize>, message: String| PolicyError::Invalid {
+            at: Location {
+                file: file.to_string(),
+                line_col: line.map(|l| (l, 1)),
+            },
+            message,
+        };
+        let rest = text.strip_prefix("---\n").ok_or_else(|| {
+            invalid(
+                Some(1),
+                "a worker file starts with a line of three dashes (---)".into(),
+            )
+        })?;
+        let end = rest
+            .find("\n---\n")
+            .map(|i| (i, i + 5))
+            .or_else(|| rest.strip_suffix("\n---").map(|r| (r.len(), rest.len())))
+            .ok_or_else(|| {
+                invalid(
+                    None,
+                    "the front matter is not closed by a line of three dashes (---)".into(),
+                )
+            })?;
+        let yaml = &rest[..end.0];
+        let body = rest[end.1..].trim().to_string();
+        let front: FrontMatter = policy::parse_yaml(yaml, file).map_err(|e| match e {
+            // The YAML starts on line 2 of the file.
+            PolicyError::Invalid { at, message } => PolicyError::Invalid {
+                at: Location {
+                    file: at.file,
+                    line_col: at.line_col.map(|(l, c)| (l + 1, c)),
+                },
+                message,
+            },
+            other => other,
+        })?;
+        let locate = |key: &str| policy::locate(yaml, &[key]).map(|(l, _)| l + 1);
+        if front.name.is_empty()
+            || !front
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+        {
+            return Err(invalid(
+                locate("name"),
+                format!("name {:?} must be letters, digits, - and _", front.name),
+            ));
+        }
+        if front.image.trim().is_empty() {
+            return Err(invalid(
+                locate("image"),
+                "image must name golem-worker or a local image".into(),
+            ));
+        }
+        for key in front.mounts.keys() {
+            if !["input", "workspace", "repo"].contains(&key.as_str()) {
+                return Err(invalid(
+                    locate("mounts"),
+                    format!("unknown mount {key:?} (expected input, workspace or repo)"),
+                ));
+            }
+        }
+        Ok(Definition {
+            name: front.name,
+            description: front.description,
+            image: front.image,
+            command: front.command,
+            trust: front.trust,
+            mounts: front.mounts,
+            output: front.output,
+            instructions: body,
+            source: file.to_string(),
+        })
+    }
+
+    /// Whether the worker runs golem-orch's own image.
+    pub fn is_builtin_image(&self) -> bool {
+        self.image == BUILTIN_IMAGE
+    }
+
+    /// Narrows `policy` (already at the run's trust level) to what this worker asks for.
+    /// Asking for more than the level grants is an error naming the mount.
+    pub fn narrow(&self, policy: &mut Policy) -> Result<(), PolicyError> {
+        let at = || Location {
+            file: self.source.clone(),
+            line_col: None,
+        };
+        if policy.level < self.trust {
+            return Err(PolicyError::Invalid {
+                at: at(),
+                message: format!(
+                    "worker {} needs trust level {} but the run is {}",
+                    self.name, self.trust, policy.level
+                ),
+            });
+        }
+        for (name, asked) in &self.mounts {
+            let slot = match name.as_str() {
+                "input" => &mut policy.mounts.input,
+                "workspace" => &mut policy.mounts.workspace,
+                _ => &mut policy.mounts.repo,
+            };
+            if *asked > *slot {
+                return Err(PolicyError::Widen {
+                    at: at(),
+                    level: policy.level,
+                    key: format!("mounts.{name}"),
+                    asked: asked.to_string(),
+                    allowed: slot.to_string(),
+                });
+            }
+            *slot = *asked;
+        }
+        let o = &self.output;
+        let widen = |key: &str, asked: String, allowed: String| PolicyError::Widen {
+            at: at(),
+            level: policy.level,
+            key: format!("output.{key}"),
+            asked,
+            allowed,
+        };
+        if let Some(v) = o.max_total_bytes {
+            if v > policy.output.max_total_bytes {
+                return Err(widen(
+                    "max_total_bytes",
+                    v.to_string(),
+                    policy.output.max_total_bytes.to_string(),
+                ));
+            }
+            policy.output.max_total_bytes = v;
+        }
+        if let Some(v) = o.max_files {
+            if v > policy.output.max_files {
+                return Err(widen(
+                    "max_files",
+                    v.to_string(),
+                    policy.output.max_files.to_string(),
+                ));
+            }
+            policy.output.max_files = v;
+        }
+        if let Some(v) = o.max_file_bytes {
+            if v > policy.output.max_file_bytes {
+                return Err(widen(
+                    "max_file_bytes",
+                    v.to_string(),
+                    policy.output.max_file_bytes.to_string(),
+                ));
+            }
+            policy.output.max_file_bytes = v.min(policy.output.max_total_bytes);
+        }
+        Ok(())
+    }
+}
+
+/// Loads the built-in definitions and then every `*.worker` in `dir` (a project's `workers/`).
+/// A project definition with a built-in's name replaces it.
+pub fn load_all(dir: Option<&Path>) -> Result<Vec<Definition>, PolicyError> {
+    let mut defs: Vec<Definition> = BUILTIN
+        .iter()
+        .map(|(file, text)| Definition::parse(text, file))
+        .collect::<Result<_, _>>()?;
+    if let Some(dir) = dir.filter(|d| d.is_dir()) {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|source| PolicyError::Read {
+                path: dir.to_path_buf(),
+                source,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "worker"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let def = Definition::parse(&text, &path.display().to_string())?;
+            defs.retain(|d| d.name != def.name);
+            defs.push(def);
+        }
+    }
+    Ok(defs)
+}
+
+/// Finds one definition by name.
+pub fn find(dir: Option<&Path>, name: &str) -> Result<Definition, PolicyError> {
+    let all = load_all(dir)?;
+    let names: Vec<String> = all.iter().map(|d| d.name.clone()).collect();
+    all.into_iter()
+        .find(|d| d.name == name)
+        .ok_or_else(|| PolicyError::Invalid {
+            at: Location {
+                file: "--worker".into(),
+                line_col: None,
+            },
+            message: format!("no worker named {name:?} (available: {})", names.join(", ")),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(level: TrustLevel) -> Policy {
+        policy::load(level, None, None).unwrap().policy
+    }
+
+    #[test]
+    fn builtins_load() {
+        let all = load_all(None).unwrap();
+        let names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["report", "text"]);
+        assert!(all
+            .iter()
+            .all(|d| d.is_builtin_image() && d.trust == TrustLevel::Untrusted));
+        assert!(all[0].instructions.contains("/input"));
+    }
+
+    #[test]
+    fn mounts_can_only_narrow_and_errors_name_the_mount() {
+        let text = "---\nname: reader\ndescription: d\nimage: golem-worker\ntrust: workspace\nmounts:\n  repo: rw\n---\nbody\n";
+        let def = Definition::parse(text, "reader.worker").unwrap();
+        let err = def
+            .narrow(&mut policy(TrustLevel::Workspace))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mounts.repo") && err.contains("rw"), "{err}");
+        let mut full = policy(TrustLevel::Full);
+        def.narrow(&mut full).unwrap();
+        assert_eq!(full.mounts.repo, Access::Rw);
+        let ro =
+            Definition::parse(&text.replace("repo: rw", "workspace: none"), "r.worker").unwrap();
+        let mut p = policy(TrustLevel::Workspace);
+        ro.narrow(&mut p).unwrap();
+        assert_eq!(p.mounts.workspace, Access::None);
+        let err = def
+            .narrow(&mut policy(TrustLevel::Untrusted))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs trust level workspace"), "{err}");
+    }
+
+    #[test]
+    fn output_limits_only_go_down() {
+        let text = "---\nname: w\ndescription: d\nimage: golem-worker\ntrust: untrusted\noutput:\n  max_files: 100000\n---\n";
+        let def = Definition::parse(text, "w.worker").unwrap();
+        assert!(def.narrow(&mut policy(TrustLevel::Untrusted)).is_err());
+        let def = Definition::parse(&text.replace("100000", "3"), "w.worker").unwrap();
+        let mut p = policy(TrustLevel::Untrusted);
+        def.narrow(&mut p).unwrap();
+        assert_eq!(p.output.max_files, 3);
+    }
+
+    #[test]
+    fn malformed_files_are_located() {
+        let err = Definition::parse("name: x\n", "a.worker")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("a.worker:1:"), "{err}");
+        let err = Definition::parse("---\nname: x\n", "b.worker")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not closed"), "{err}");
+        let err = Definition::parse(
+            "---\nname: x\ndescription: d\nimage: i\ntrust: untrusted\nimgae: y\n---\n",
+            "c.worker",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("c.worker:6:") && err.contains("imgae"),
+            "{err}"
+        );
+        let err = Definition::parse(
+            "---\nname: x\ndescription: d\nimage: i\ntrust: godlike\n---\n",
+            "d.worker",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("d.worker:5:") && err.contains("godlike"),
+            "{err}"
+        );
+        let err = Definition::parse(
+            "---\nname: x\ndescription: d\nimage: i\ntrust: full\nmounts:\n  etc: ro\n---\n",
+            "e.worker",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown mount"), "{err}");
+    }
+
+    #[test]
+    fn project_definitions_join_and_replace_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("mine.worker"), "---\nname: mine\ndescription: d\nimage: my:img\ncommand: [go]\ntrust: session\n---\nDo it.\n").unwrap();
+        std::fs::write(dir.path().join("text.worker"), "---\nname: text\ndescription: mine\nimage: golem-worker\ncommand: [text]\ntrust: untrusted\n---\n").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let all = load_all(Some(dir.path())).unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(find(Some(dir.path()), "text").unwrap().description, "mine");
+        assert_eq!(
+            find(Some(dir.path()), "mine").unwrap().instructions,
+            "Do it."
+        );
+        assert!(find(Some(dir.path()), "nope")
+            .unwrap_err()
+            .to_string()
+            .contains("available"));
+    }
+}

@@ -1,0 +1,70 @@
+//! User stories for worker definitions (`workers/*.worker`).
+
+use serde_json::Value;
+
+use crate::harness::{hostile_image, stderr_text, Golem};
+
+#[test]
+fn a_project_worker_gets_its_instructions_read_only_and_no_more_than_its_level() {
+    let g = Golem::new();
+    let image = hostile_image();
+    g.file("golem.yaml", "levels: {}\n");
+    g.file(
+        "workers/prober.worker",
+        format!("---\nname: prober\ndescription: tries to rewrite its task\nimage: {image}\ncommand: [try-write, /task/instructions.md, /task/extra.md]\ntrust: untrusted\n---\nSummarise the inputs.\n"),
+    );
+    g.file(
+        "workers/greedy.worker",
+        format!("---\nname: greedy\ndescription: wants the repo writable\nimage: {image}\ncommand: [probe]\ntrust: workspace\nmounts:\n  repo: rw\n---\n"),
+    );
+    let (list, code) = g.json(["workers", "--json"]);
+    assert_eq!(code, 0);
+    let mut names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["greedy", "prober", "report", "text"]);
+
+    let (run, code) = g.json(["run", "--json", "--worker", "prober"]);
+    assert_eq!(code, 0, "{run}");
+    let writes: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            g.staged_files(run["staged"].as_str().unwrap())
+                .join("writes.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(writes["/task/instructions.md"]["ok"], false, "{writes}");
+    assert_eq!(writes["/task/extra.md"]["ok"], false, "{writes}");
+    assert_eq!(
+        writes["/task/extra.md"]["listing"],
+        serde_json::json!(["instructions.md"])
+    );
+    let session = run["session"].as_str().unwrap();
+    let on_host = std::fs::read_to_string(
+        g.home
+            .join("sessions")
+            .join(session)
+            .join("task/instructions.md"),
+    )
+    .unwrap();
+    assert_eq!(on_host, "Summarise the inputs.");
+
+    // Asking for more than the level grants is refused before anything runs, naming the mount.
+    let out = g.output(["run", "--worker", "greedy", "--workspace"]);
+    assert!(!out.status.success());
+    let err = stderr_text(&out);
+    assert!(err.contains("mounts.repo") && err.contains("rw"), "{err}");
+    // A level below the worker's own is refused too.
+    let out = g.output(["run", "--worker", "greedy", "--untrusted"]);
+    assert!(
+        stderr_text(&out).contains("needs trust level workspace"),
+        "{}",
+        stderr_text(&out)
+    );
+    g.assert_clean();
+}
