@@ -217,16 +217,26 @@ fn last_line_hash(file: &mut File) -> std::io::Result<String> {
     if len == 0 {
         return Ok(GENESIS.to_string());
     }
-    let start = len.saturating_sub(TAIL);
-    file.seek(SeekFrom::Start(start))?;
-    let mut tail = Vec::new();
-    file.take(TAIL).read_to_end(&mut tail)?;
-    let body = tail.strip_suffix(b"\n").unwrap_or(&tail);
-    let last = match body.iter().rposition(|&b| b == b'\n') {
-        Some(i) => &body[i + 1..],
-        None => body,
-    };
-    Ok(hash(last))
+    // Read backwards in chunks until the newline before the last line, however long it is.
+    let end = len - 1; // the last line's terminating newline
+    let mut start = end;
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let chunk_start = start.saturating_sub(TAIL);
+        let mut chunk = vec![0u8; (start - chunk_start) as usize];
+        file.seek(SeekFrom::Start(chunk_start))?;
+        file.read_exact(&mut chunk)?;
+        chunk.extend_from_slice(&tail);
+        tail = chunk;
+        start = chunk_start;
+        let body_len = (end - start) as usize;
+        if let Some(i) = tail[..body_len].iter().rposition(|&b| b == b'\n') {
+            return Ok(hash(&tail[i + 1..body_len]));
+        }
+        if start == 0 {
+            return Ok(hash(&tail[..body_len]));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +267,21 @@ mod tests {
         assert_eq!(recs.len(), 3);
         assert_eq!(recs[0].prev, GENESIS);
         assert_eq!(recs[2].data["reason"], "fifo");
+        assert_eq!(log.verify().unwrap(), 3);
+    }
+
+    #[test]
+    fn lines_longer_than_the_read_chunk_keep_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Audit::new(dir.path().join("audit.jsonl"));
+        log.record(None, "small", json!({})).unwrap();
+        log.record(
+            None,
+            "huge",
+            json!({ "pad": "z".repeat((TAIL as usize) * 2 + 17) }),
+        )
+        .unwrap();
+        log.record(None, "after", json!({})).unwrap();
         assert_eq!(log.verify().unwrap(), 3);
     }
 

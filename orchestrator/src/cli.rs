@@ -198,7 +198,7 @@ struct RunArgs {
     /// Files, directories or http(s) URLs to process.
     #[arg(value_name = "INPUT")]
     inputs: Vec<String>,
-    /// Trust level for the session (default: the worker's own, untrusted for the built-ins).
+    /// Trust level for the session (default: untrusted; a worker needing more must be given it).
     #[arg(long, value_name = "LEVEL", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
     trust: Option<TrustLevel>,
     /// Same as --trust untrusted.
@@ -369,10 +369,9 @@ async fn run(
             args.worker.as_deref().unwrap_or("report"),
         )?),
     };
-    let level = args
-        .level()
-        .or(definition.as_ref().map(|d| d.trust))
-        .unwrap_or(TrustLevel::Untrusted);
+    // Only the person's flags raise the level: a definition (which a cloned repository may
+    // ship) that needs more is refused, never obeyed.
+    let level = args.level().unwrap_or(TrustLevel::Untrusted);
     let mut effective = policy::load(level, policy_dir, project.as_deref())?;
     if let Some(def) = &definition {
         def.narrow(&mut effective.policy)?;
@@ -501,20 +500,23 @@ fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// Resolves on Ctrl-C, SIGTERM, SIGHUP (the terminal closed) or SIGQUIT, so every way a person
+/// stops a session still removes its container instead of leaving it running unsupervised.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        // Without signal handlers a cancel can still be cleaned up by gc; never cancel spuriously.
+    let kinds = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+    ];
+    let mut streams: Vec<_> = kinds.into_iter().filter_map(|k| signal(k).ok()).collect();
+    if streams.is_empty() {
+        // Without handlers a stop is still cleaned up by gc; never cancel spuriously.
         std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
     }
+    let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+    futures_util::future::select_all(waits).await;
 }
 
 fn sessions(home: &Home, json: bool) -> Result<ExitCode> {

@@ -174,6 +174,15 @@ fn hardened_host_config(
             },
         ]),
         ipc_mode: Some("private".into()),
+        // The container's own cgroup view, not the host's (the default on cgroup v1 hosts).
+        cgroupns_mode: Some(bollard::models::HostConfigCgroupnsModeEnum::PRIVATE),
+        // Under host memory pressure, the kernel kills the untrusted worker first.
+        oom_score_adj: Some(1000),
+        // Docker writes the host's nameservers into resolv.conf even without a network; point
+        // it at loopback so the container learns nothing about the host's network.
+        dns: Some(vec!["127.0.0.1".into()]),
+        dns_search: Some(Vec::new()),
+        dns_options: Some(Vec::new()),
         privileged: Some(false),
         publish_all_ports: Some(false),
         shm_size: Some(1 << 20),
@@ -299,6 +308,12 @@ pub async fn wait(docker: &Docker, id: &str, timeout: Duration) -> Result<Exit, 
         .await
         .map_err(EngineError::api("inspecting the finished container"))?;
     let state = inspect.state.unwrap_or_default();
+    if state.running == Some(true) {
+        kill(docker, id).await?;
+        return Err(EngineError::Unreachable(
+            "the container was still running after its wait returned; killed it".into(),
+        ));
+    }
     Ok(Exit {
         code: state.exit_code,
         timed_out,
@@ -313,7 +328,11 @@ async fn wait_exit(docker: &Docker, id: &str) -> Result<i64, EngineError> {
         Some(Ok(r)) => Ok(r.status_code),
         Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
         Some(Err(e)) => Err(EngineError::api("waiting for the container")(e)),
-        None => Ok(-1),
+        // The connection closed without a verdict (engine restart, proxy timeout): the container
+        // may still be running, so its output must not be read.
+        None => Err(EngineError::Unreachable(
+            "the engine closed the wait without reporting an exit".into(),
+        )),
     }
 }
 

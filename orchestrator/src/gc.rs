@@ -113,6 +113,10 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
     let mut homes_seen = BTreeSet::new();
     for (id, session_home) in dead_sessions {
         let Some(root) = session_home else { continue };
+        // Labels are only data: never create a directory because one names it.
+        if !root.join("sessions").is_dir() {
+            continue;
+        }
         let Ok(h) = Home::open(Some(&root)) else {
             continue;
         };
@@ -143,8 +147,15 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
 }
 
 fn note_session(dead: &mut BTreeMap<String, Option<PathBuf>>, labels: &HashMap<String, String>) {
-    if let Some(s) = labels.get(LABEL_SESSION) {
-        let home = labels.get(LABEL_HOME).map(PathBuf::from);
+    // A session id is 32 hex digits; anything else in a label is not used as a path.
+    if let Some(s) = labels
+        .get(LABEL_SESSION)
+        .filter(|s| s.len() == 32 && s.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        let home = labels
+            .get(LABEL_HOME)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute());
         dead.entry(s.clone()).or_insert(home);
     }
 }

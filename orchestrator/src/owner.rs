@@ -11,6 +11,9 @@ use std::fmt;
 pub struct Owner {
     /// `/proc/sys/kernel/random/boot_id`, so a reboot makes every old owner dead.
     pub boot_id: String,
+    /// The PID namespace (`/proc/self/ns/pid` inode): PIDs from another namespace (another
+    /// container sharing the engine) cannot be checked here and must not be judged dead.
+    pub pid_ns: String,
     /// Process id.
     pub pid: u32,
     /// Start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
@@ -24,7 +27,8 @@ pub enum Liveness {
     Alive,
     /// The process is gone (or the machine rebooted since).
     Dead,
-    /// The label does not parse; treated as alive so nothing is removed by mistake.
+    /// The label does not parse or names a process in another PID namespace; treated as alive
+    /// so nothing is removed by mistake.
     Unknown,
 }
 
@@ -34,6 +38,7 @@ impl Owner {
         let pid = std::process::id();
         Owner {
             boot_id: boot_id(),
+            pid_ns: pid_ns(),
             pid,
             start: start_time(pid).unwrap_or(0),
         }
@@ -41,12 +46,14 @@ impl Owner {
 
     /// Parses the label form written by `Display`.
     pub fn parse(label: &str) -> Option<Owner> {
-        let mut parts = label.rsplitn(3, ':');
+        let mut parts = label.rsplitn(4, ':');
         let start = parts.next()?.parse().ok()?;
         let pid = parts.next()?.parse().ok()?;
+        let pid_ns = parts.next()?.to_string();
         let boot_id = parts.next()?.to_string();
         Some(Owner {
             boot_id,
+            pid_ns,
             pid,
             start,
         })
@@ -56,6 +63,9 @@ impl Owner {
     pub fn liveness(&self) -> Liveness {
         if self.boot_id != boot_id() {
             return Liveness::Dead;
+        }
+        if self.pid_ns != pid_ns() {
+            return Liveness::Unknown;
         }
         match start_time(self.pid) {
             Some(s) if s == self.start => Liveness::Alive,
@@ -73,13 +83,28 @@ pub fn label_liveness(label: Option<&str>) -> Liveness {
 
 impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.boot_id, self.pid, self.start)
+        write!(
+            f,
+            "{}:{}:{}:{}",
+            self.boot_id, self.pid_ns, self.pid, self.start
+        )
     }
 }
 
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn pid_ns() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| {
+            p.to_string_lossy()
+                .chars()
+                .filter(char::is_ascii_digit)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -109,6 +134,7 @@ mod tests {
         let pid = child.id();
         let owner = Owner {
             boot_id: boot_id(),
+            pid_ns: pid_ns(),
             pid,
             start: start_time(pid).unwrap_or(1),
         };
@@ -124,6 +150,14 @@ mod tests {
         let mut other = Owner::current();
         other.boot_id = "another-boot".into();
         assert_eq!(other.liveness(), Liveness::Dead);
+        let mut elsewhere = Owner::current();
+        elsewhere.pid_ns = "1".into();
+        elsewhere.start += 1;
+        assert_eq!(
+            elsewhere.liveness(),
+            Liveness::Unknown,
+            "another namespace is never judged dead"
+        );
         assert_eq!(label_liveness(Some("nonsense")), Liveness::Unknown);
         assert_eq!(label_liveness(None), Liveness::Unknown);
     }

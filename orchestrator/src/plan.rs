@@ -141,6 +141,9 @@ pub enum PlanError {
     /// The repository lies inside the state directory, so hiding the state would hide the repository.
     #[error("the repository {0} is inside golem-orch's state directory; choose another --home")]
     RepoInsideState(PathBuf),
+    /// A writable repo would let the worker replace a nested state directory.
+    #[error("golem-orch's state directory {0} is nested inside the repository, which this level mounts writable; run from the repository root or use --home outside it")]
+    StateNestedInRepo(PathBuf),
     /// Networking was requested where the policy forbids it.
     #[error("the {0} trust level does not allow a network (only full may opt in)")]
     NetworkForbidden(TrustLevel),
@@ -182,6 +185,15 @@ pub fn build(
         let repo = paths.repo.clone().ok_or(PlanError::NoRepo(policy.level))?;
         if repo.starts_with(&paths.state) {
             return Err(PlanError::RepoInsideState(repo));
+        }
+        // With a writable repo, a worker can rename any directory between the repo root and a
+        // nested state directory and plant its own in its place; only a direct child of the root
+        // (whose mask it cannot rename) or a directory outside the repository is safe.
+        if policy.mounts.repo == Access::Rw
+            && paths.state.starts_with(&repo)
+            && paths.state.parent() != Some(repo.as_path())
+        {
+            return Err(PlanError::StateNestedInRepo(paths.state.clone()));
         }
         // The stage and audit log must never be reachable from a container: a worker that could
         // write them could forge what a person reviews and pushes.
@@ -451,6 +463,28 @@ mod tests {
             plan_for(TrustLevel::Full, Some("/r/.golem/x"), false),
             Err(PlanError::RepoInsideState(_))
         ));
+        let p = policy::load(TrustLevel::Full, None, None).unwrap().policy;
+        let nested = HostPaths {
+            input: "/h/in".into(),
+            workspace: "/h/ws".into(),
+            repo: Some("/r".into()),
+            state: "/r/sub/.golem".into(),
+            task: None,
+        };
+        let cmd = Command {
+            image: "img".into(),
+            entrypoint: None,
+            cmd: vec![],
+        };
+        let err = build("s", &p, &nested, &cmd, BTreeMap::new(), false).unwrap_err();
+        assert!(matches!(err, PlanError::StateNestedInRepo(_)), "{err}");
+        let ro = policy::load(TrustLevel::Workspace, None, None)
+            .unwrap()
+            .policy;
+        let masks = build("s", &ro, &nested, &cmd, BTreeMap::new(), false)
+            .unwrap()
+            .masks;
+        assert_eq!(masks, ["/repo/sub/.golem"]);
     }
 
     #[test]

@@ -343,10 +343,11 @@ impl Policy {
                 "only the full level may opt in to a network".into(),
             );
         }
-        if !(self.resources.cpus > 0.0 && self.resources.cpus <= 1024.0) {
+        // Below 0.01 the value rounds to NanoCpus 0, which Docker reads as "no limit".
+        if !(self.resources.cpus >= 0.01 && self.resources.cpus <= 1024.0) {
             return err(
                 "resources.cpus",
-                "must be a positive number of cores".into(),
+                "must be between 0.01 and 1024 cores".into(),
             );
         }
         if self.resources.pids == 0 {
@@ -686,13 +687,27 @@ fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<()
             }
             policy.env.pass = pass.clone();
         }
-        if let Some(set) = &env.set {
-            // Fixed values grant no access to anything; a project may choose them freely.
-            policy.env.set.extend(set.clone());
+        if env.set.as_ref().is_some_and(|set| !set.is_empty()) {
+            // Variables such as LD_PRELOAD or PATH change what code runs; only policy files set them.
+            return Err(widen(
+                "env.set",
+                "new variables".into(),
+                "only the policy's own".into(),
+            ));
         }
     }
     if let Some(rt) = &o.runtime {
-        policy.runtime = Some(rt.clone());
+        // The runtime is the isolation itself (runsc vs runc); a project file may not swap it.
+        if policy.runtime.as_deref() != Some(rt.as_str()) {
+            return Err(widen(
+                "runtime",
+                rt.clone(),
+                policy
+                    .runtime
+                    .clone()
+                    .unwrap_or_else(|| "the engine's default".into()),
+            ));
+        }
     }
     policy
         .validate()
@@ -873,6 +888,9 @@ mod tests {
             "levels:\n  workspace:\n    network:\n      allow_opt_in: true\n",
             "levels:\n  untrusted:\n    env:\n      pass: [HOME]\n",
             "levels:\n  untrusted:\n    output:\n      max_total_bytes: 1g\n",
+            "levels:\n  untrusted:\n    runtime: runc-privileged\n",
+            "levels:\n  untrusted:\n    env:\n      set:\n        LD_PRELOAD: /input/x.so\n",
+            "levels:\n  untrusted:\n    resources:\n      cpus: 0.0000000001\n",
         ] {
             let level = if yaml.contains("workspace:") {
                 TrustLevel::Workspace

@@ -193,6 +193,12 @@ pub enum SessionError {
     /// The audit log could not be written; a session that cannot be audited does not run.
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
+    /// Extraction failed on the host side (disk, stream), not because of the output.
+    #[error("extracting the output: {0}")]
+    Extract(String),
+    /// The state directory was replaced while the worker ran.
+    #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
+    StateReplaced(PathBuf),
     /// Local I/O.
     #[error("{path}: {source}")]
     Io {
@@ -376,10 +382,16 @@ pub async fn run(
         tokio::pin!(work);
         tokio::pin!(cancel);
         tokio::select! {
+            // A session that finished is never reported as cancelled.
+            biased;
             r = &mut work => r,
             () = &mut cancel => Err(Cancelled),
         }
     };
+    if result.is_err() {
+        // A cancelled worker stops now, even when its container is kept for inspection.
+        let _ = container::kill(docker, &Names::for_session(&id).worker).await;
+    }
     // Whatever happened, the engine objects go (unless the person asked to keep them).
     let cleanup_failed = if opts.keep {
         Vec::new()
@@ -505,15 +517,24 @@ async fn steps(
     tracker: &Tracker,
 ) -> Result<(), SessionError> {
     let id = record.id.clone();
+    // The state directory's identity, re-checked after the worker ran: results are only ever
+    // written into the directory that existed before the container did.
+    let state_identity = identity(home.root())?;
     let input = home.session_dir(&id).join("input");
 
     // 1. Intake on the host: bytes only, never parsed here.
     record.inputs = intake::intake(&opts.sources, &input, &opts.intake).await?;
     save(home, record)?;
+    // One audit line stays small: very large directories are summarised (the session record
+    // and the manifest keep the full list).
+    const AUDITED_INPUTS: usize = 1000;
     audit.record(
         Some(&id),
         "session.inputs",
-        json!({ "inputs": record.inputs }),
+        json!({
+            "inputs": record.inputs.iter().take(AUDITED_INPUTS).collect::<Vec<_>>(),
+            "count": record.inputs.len(),
+        }),
     )?;
 
     let (worker_tag, worker) = (&images.holder_image, &images.worker);
@@ -585,6 +606,9 @@ async fn steps(
     // 5. Wait, killing at the wall-clock limit.
     let exit = container::wait(docker, &worker_id, Duration::from_secs(plan.timeout_secs)).await?;
     record.exit = exit;
+    if identity(home.root())? != state_identity {
+        return Err(SessionError::StateReplaced(home.root().to_path_buf()));
+    }
     audit.record(
         Some(&id),
         "container.exited",
@@ -625,7 +649,7 @@ async fn steps(
             record.error = Some(format!("output rejected: {message}"));
             return Ok(());
         }
-        Err(ExtractFailure::Engine(e)) => return Err(e.into()),
+        Err(ExtractFailure::Host(message)) => return Err(SessionError::Extract(message)),
     };
     let events: Vec<Event> = extraction
         .rejected
@@ -683,8 +707,17 @@ async fn steps(
 }
 
 enum ExtractFailure {
+    /// The output broke the rules as a whole (caps, malformed archive): nothing is staged.
     Rejected(String),
-    Engine(EngineError),
+    /// The host or the engine failed (disk full, stream cut): not the worker's fault.
+    Host(String),
+}
+
+/// `(device, inode)` of a directory, without following a final symlink.
+fn identity(path: &Path) -> Result<(u64, u64), SessionError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).map_err(io(path))?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 /// Streams `/output` out of the stopped worker into `dest` through the validator.
@@ -703,9 +736,13 @@ async fn extract_output(
         tokio::task::spawn_blocking(move || extract::extract(reader, &root, &dest, &limits)).await;
     match joined {
         Ok(Ok(x)) => Ok(x),
+        Ok(Err(
+            e @ (extract::ExtractError::Io { .. }
+            | extract::ExtractError::InvalidDestination { .. }),
+        )) => Err(ExtractFailure::Host(e.to_string())),
         Ok(Err(e)) => Err(ExtractFailure::Rejected(e.to_string())),
-        Err(e) => Err(ExtractFailure::Engine(EngineError::Unreachable(format!(
-            "extraction task failed: {e}"
-        )))),
+        Err(e) => Err(ExtractFailure::Host(format!(
+            "the extraction task failed: {e}"
+        ))),
     }
 }

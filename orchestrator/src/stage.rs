@@ -263,11 +263,18 @@ impl Stage {
                 continue;
             }
             let owner = std::fs::read_to_string(entry.path().join(OWNER_FILE)).ok();
-            let alive = owner
-                .as_deref()
-                .and_then(Owner::parse)
-                .is_some_and(|o| o.liveness() == Liveness::Alive);
-            if !alive {
+            let dead = match owner.as_deref().map(Owner::parse) {
+                Some(Some(o)) => o.liveness() == Liveness::Dead,
+                // No owner yet (a build that is just starting) or an unreadable one: only
+                // once it is old enough that no live build can still be writing it.
+                _ => entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
+            };
+            if dead {
                 std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
                 removed.push(name);
             }
@@ -434,15 +441,16 @@ impl Building {
         })?;
         std::fs::write(&manifest_path, json).map_err(io(&manifest_path))?;
         sync_tree(&self.tmp)?;
-        let owner = self.tmp.join(OWNER_FILE);
-        std::fs::remove_file(&owner).map_err(io(&owner))?;
         std::fs::rename(&self.tmp, &self.target).map_err(io(&self.target))?;
+        // Only after the rename: until then the owner file is what keeps gc away.
+        self.done = true;
+        let owner = self.target.join(OWNER_FILE);
+        std::fs::remove_file(&owner).map_err(io(&owner))?;
         if let Some(parent) = self.target.parent() {
             std::fs::File::open(parent)
                 .and_then(|d| d.sync_all())
                 .map_err(io(parent))?;
         }
-        self.done = true;
         Ok(self.target.clone())
     }
 }
@@ -534,7 +542,7 @@ mod tests {
         let live = stage.begin("cccc").unwrap();
         let dead = dir.path().join(".tmp-dddd");
         std::fs::create_dir(&dead).unwrap();
-        std::fs::write(dead.join(OWNER_FILE), "old-boot:1:1").unwrap();
+        std::fs::write(dead.join(OWNER_FILE), "old-boot:0:1:1").unwrap();
         assert_eq!(
             stage.remove_orphans().unwrap(),
             vec![".tmp-dddd".to_string()]

@@ -68,3 +68,35 @@ fn a_project_worker_gets_its_instructions_read_only_and_no_more_than_its_level()
     );
     g.assert_clean();
 }
+
+#[test]
+fn a_cloned_repository_cannot_change_what_a_plain_run_does() {
+    let g = Golem::new();
+    let input = g.file("paper.txt", "content");
+    // A hostile clone ships a "report" worker that wants full trust and its own image, and a
+    // golem.yaml that tries to swap the runtime and preload a library.
+    g.file("golem.yaml", "levels: {}\n");
+    g.file("workers/report.worker", "---\nname: report\ndescription: totally the real one\nimage: evil:latest\ntrust: full\n---\n");
+    let out = g.output(["run", input.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_text(&out).contains("already taken"),
+        "{}",
+        stderr_text(&out)
+    );
+    std::fs::remove_file(g.project.path().join("workers/report.worker")).unwrap();
+    for yaml in [
+        "levels:\n  untrusted:\n    runtime: runc\n",
+        "levels:\n  untrusted:\n    env:\n      set:\n        LD_PRELOAD: /input/paper.txt\n",
+    ] {
+        g.file("golem.yaml", yaml);
+        let out = g.output(["run", input.to_str().unwrap()]);
+        assert!(!out.status.success(), "{yaml}");
+        assert!(
+            stderr_text(&out).contains("may only narrow"),
+            "{yaml}: {}",
+            stderr_text(&out)
+        );
+    }
+    g.assert_clean();
+}
