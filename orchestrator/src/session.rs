@@ -594,6 +594,7 @@ async fn steps(
         "container.created",
         json!({ "container": worker_id, "holder": holder, "volume": names.volume, "image": worker.image, "image_id": worker.image_id }),
     )?;
+    failpoint("before-start").await;
     container::start(docker, &worker_id, "worker").await?;
     record.status = SessionStatus::Running;
     save(home, record)?;
@@ -636,6 +637,7 @@ async fn steps(
     save(home, record)?;
     let stage = Stage::new(home.staged_dir());
     let building = stage.begin(&id)?;
+    failpoint("extracting").await;
     let limits = Limits {
         max_files: opts.policy.output.max_files,
         max_total_bytes: opts.policy.output.max_total_bytes.bytes(),
@@ -691,6 +693,7 @@ async fn steps(
         bytes: extraction.total_bytes,
         repo_head,
     };
+    failpoint("staging").await;
     building.commit(&manifest)?;
     let manifest_sha256 = crate::stage::manifest_sha256(&stage, &id)?;
     record.staged = Some(id.clone());
@@ -711,6 +714,15 @@ enum ExtractFailure {
     Rejected(String),
     /// The host or the engine failed (disk full, stream cut): not the worker's fault.
     Host(String),
+}
+
+/// Crash-test hook: when `GOLEM_FAILPOINT` names this point, the session stops here forever,
+/// so a test can SIGKILL the orchestrator in a known phase. Unset, it costs one env lookup.
+async fn failpoint(name: &str) {
+    if std::env::var("GOLEM_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("golem-orch: failpoint {name} reached");
+        std::future::pending::<()>().await;
+    }
 }
 
 /// `(device, inode)` of a directory, without following a final symlink.
