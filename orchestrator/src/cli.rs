@@ -49,6 +49,9 @@ enum Command {
     /// Run one session: take inputs in, process them in one locked container, stage the output.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+    /// Process many documents, one locked container each, at most --jobs at once.
+    #[command(after_help = BATCH_HELP)]
+    Batch(BatchArgs),
     /// List sessions, newest first.
     Sessions(JsonFlag),
     /// Print a session's captured worker output (control characters escaped).
@@ -193,11 +196,77 @@ bytes, rejected, error, logs}. status is staged, failed, timeout, oom, rejected 
 Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
 worker exited non-zero; 4 timeout; 5 out of memory; 6 output rejected; 130 cancelled.";
 
+const BATCH_HELP: &str = "\
+Every file found (directories recursively) and every line of --from FILE (paths or URLs; blank
+lines and # comments ignored) is one document, processed in its own container exactly as
+`golem-orch run` would, with the same trust level, worker and limits. A document that fails,
+times out or runs out of memory is recorded and the others go on. Each document gets its own
+staged commit, or with --stage-as-one the batch gets one, with a folder per document.
+
+Ctrl-C stops launching, cancels the running documents (removing their containers) and records
+the batch; `golem-orch batch --resume ID` runs only what did not finish. Records live in
+.golem/batches/. Progress goes to stderr (a bar on a terminal, lines otherwise).
+
+Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
+
+#[derive(Debug, Args)]
+struct BatchArgs {
+    /// Files, directories (recursive) or http(s) URLs; each file is one document.
+    #[arg(value_name = "INPUT")]
+    inputs: Vec<String>,
+    /// Also read documents from FILE, one path or URL per line.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Containers at once (default: the number of CPU cores).
+    #[arg(long, short = 'j', value_name = "N")]
+    jobs: Option<usize>,
+    /// One staged commit for the whole batch, with a folder per document.
+    #[arg(long)]
+    stage_as_one: bool,
+    /// Run what an earlier, cancelled or crashed batch did not finish.
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one"])]
+    resume: Option<String>,
+    #[command(flatten)]
+    worker: WorkerArgs,
+    #[command(flatten)]
+    json: JsonFlag,
+    /// Arguments for --image, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    command: Vec<String>,
+}
+
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Files, directories or http(s) URLs to process.
     #[arg(value_name = "INPUT")]
     inputs: Vec<String>,
+    #[command(flatten)]
+    worker: WorkerArgs,
+    /// Largest download accepted per URL.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    max_download: Size,
+    /// Wall-clock limit per download.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    download_timeout: Limit,
+    /// Opt in to a network (only the full level allows it).
+    #[arg(long)]
+    allow_network: bool,
+    /// Keep the container and output volume afterwards for debugging (gc removes them later).
+    #[arg(long)]
+    keep: bool,
+    /// Print the exact container that would be created and start nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    json: JsonFlag,
+    /// Arguments for the image, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    command: Vec<String>,
+}
+
+/// The trust level and what to run; shared by `run` and `batch`.
+#[derive(Debug, Args, Clone)]
+struct WorkerArgs {
     /// Trust level for the session (default: untrusted; a worker needing more must be given it).
     #[arg(long, value_name = "LEVEL", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
     trust: Option<TrustLevel>,
@@ -225,29 +294,9 @@ struct RunArgs {
     /// Lower the policy's memory limit for this run (e.g. 256m, 1g, 512MiB).
     #[arg(long, value_name = "SIZE")]
     memory: Option<Size>,
-    /// Largest download accepted per URL.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
-    max_download: Size,
-    /// Wall-clock limit per download.
-    #[arg(long, value_name = "DURATION", default_value = "2m")]
-    download_timeout: Limit,
-    /// Opt in to a network (only the full level allows it).
-    #[arg(long)]
-    allow_network: bool,
-    /// Keep the container and output volume afterwards for debugging (gc removes them later).
-    #[arg(long)]
-    keep: bool,
-    /// Print the exact container that would be created and start nothing.
-    #[arg(long)]
-    dry_run: bool,
-    #[command(flatten)]
-    json: JsonFlag,
-    /// Arguments for the image, after `--`.
-    #[arg(last = true, value_name = "ARGS")]
-    command: Vec<String>,
 }
 
-impl RunArgs {
+impl WorkerArgs {
     /// The level the person asked for, if any.
     fn level(&self) -> Option<TrustLevel> {
         if self.session {
@@ -299,6 +348,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
     let policy_dir = cli.policy_dir.as_deref();
     match cli.command {
         Command::Run(args) => run(cli.home.as_deref(), policy_dir, args).await,
+        Command::Batch(args) => batch_cmd(cli.home.as_deref(), policy_dir, args).await,
         Command::Sessions(j) => sessions(&open_home(cli.home.as_deref())?, j.json),
         Command::Logs { session } => logs(&open_home(cli.home.as_deref())?, &session),
         Command::Staged(j) => staged(&open_home(cli.home.as_deref())?, j.json),
@@ -355,60 +405,75 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
-async fn run(
-    home_arg: Option<&Path>,
-    policy_dir: Option<&Path>,
-    args: RunArgs,
-) -> Result<ExitCode> {
+/// Everything about a session except its inputs: the effective policy (level, project file,
+/// worker definition, flags) and what to run. Shared by `run` and `batch`.
+fn prepare(policy_dir: Option<&Path>, w: &WorkerArgs, command: &[String]) -> Result<RunOptions> {
+    let (level, worker, image, memory, timeout) = (
+        w.level(),
+        w.worker.as_deref(),
+        w.image.as_deref(),
+        w.memory,
+        w.timeout,
+    );
+    if !command.is_empty() && image.is_none() {
+        bail!("arguments after -- are for --image IMAGE; golem-worker's command is fixed");
+    }
     let project = project_file();
     // A worker definition (report by default) unless the person runs their own image directly.
-    let definition = match &args.image {
+    let definition = match image {
         Some(_) => None,
         None => Some(workers::find(
             workers_dir(project.as_deref()).as_deref(),
-            args.worker.as_deref().unwrap_or("report"),
+            worker.unwrap_or("report"),
         )?),
     };
     // Only the person's flags raise the level: a definition (which a cloned repository may
     // ship) that needs more is refused, never obeyed.
-    let level = args.level().unwrap_or(TrustLevel::Untrusted);
+    let level = level.unwrap_or(TrustLevel::Untrusted);
     let mut effective = policy::load(level, policy_dir, project.as_deref())?;
     if let Some(def) = &definition {
         def.narrow(&mut effective.policy)?;
     }
-    policy::narrow_for_run(&mut effective.policy, args.memory, args.timeout)?;
-    if !args.command.is_empty() && args.image.is_none() {
-        bail!("arguments after -- are for --image IMAGE; golem-worker's command is fixed");
-    }
-    let sources = intake::classify(&args.inputs)?;
-    let repo = std::env::current_dir()
-        .ok()
-        .and_then(|d| session::find_repo(&d));
+    policy::narrow_for_run(&mut effective.policy, memory, timeout)?;
     let (image, command, instructions) = match &definition {
         Some(def) => (
             (!def.is_builtin_image()).then(|| def.image.clone()),
             def.command.clone(),
             Some(def.instructions.clone()).filter(|t| !t.is_empty()),
         ),
-        None => (args.image.clone(), args.command.clone(), None),
+        None => (image.map(str::to_string), command.to_vec(), None),
     };
-    if args.inputs.is_empty() && image.is_none() {
-        bail!("nothing to process: give at least one file, directory or URL (see golem-orch run --help)");
-    }
-    let opts = RunOptions {
-        policy: effective.policy.clone(),
-        sources,
+    Ok(RunOptions {
+        policy: effective.policy,
+        sources: Vec::new(),
         image,
         command,
         instructions,
-        keep: args.keep,
-        allow_network: args.allow_network,
-        repo,
-        intake: IntakeLimits {
-            max_download_bytes: args.max_download.bytes(),
-            download_timeout: args.download_timeout.duration(),
-            ..IntakeLimits::default()
-        },
+        keep: false,
+        allow_network: false,
+        repo: std::env::current_dir()
+            .ok()
+            .and_then(|d| session::find_repo(&d)),
+        intake: IntakeLimits::default(),
+    })
+}
+
+async fn run(
+    home_arg: Option<&Path>,
+    policy_dir: Option<&Path>,
+    args: RunArgs,
+) -> Result<ExitCode> {
+    let mut opts = prepare(policy_dir, &args.worker, &args.command)?;
+    if args.inputs.is_empty() && opts.image.is_none() {
+        bail!("nothing to process: give at least one file, directory or URL (see golem-orch run --help)");
+    }
+    opts.sources = intake::classify(&args.inputs)?;
+    opts.keep = args.keep;
+    opts.allow_network = args.allow_network;
+    opts.intake = IntakeLimits {
+        max_download_bytes: args.max_download.bytes(),
+        download_timeout: args.download_timeout.duration(),
+        ..IntakeLimits::default()
     };
     if args.dry_run {
         return dry_run(home_arg, &opts, args.json.json);
@@ -459,6 +524,204 @@ async fn run(
         SessionStatus::Cancelled => 130,
         _ => 1,
     }))
+}
+
+async fn batch_cmd(
+    home_arg: Option<&Path>,
+    policy_dir: Option<&Path>,
+    args: BatchArgs,
+) -> Result<ExitCode> {
+    use golem_orch::batch;
+    let home = open_home(home_arg)?;
+    let (record, worker_args, command) = match &args.resume {
+        Some(id) => {
+            let record = batch::load(&home, id)?;
+            let s = &record.settings;
+            let w = WorkerArgs {
+                trust: Some(s.trust_level),
+                untrusted: false,
+                session: false,
+                workspace: false,
+                full: false,
+                worker: s.worker.clone(),
+                image: s.image.clone(),
+                timeout: s.timeout,
+                memory: s.memory,
+            };
+            let command = s.command.clone();
+            (record, w, command)
+        }
+        None => {
+            let mut inputs = args.inputs.clone();
+            if let Some(from) = &args.from {
+                let text = std::fs::read_to_string(from)
+                    .with_context(|| format!("reading {}", from.display()))?;
+                inputs.extend(
+                    text.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                        .map(str::to_string),
+                );
+            }
+            if inputs.is_empty() {
+                bail!("nothing to process: give files, directories, URLs or --from FILE (see golem-orch batch --help)");
+            }
+            let documents = batch::documents(&inputs)?;
+            let w = &args.worker;
+            let settings = batch::Settings {
+                trust_level: w.level().unwrap_or(TrustLevel::Untrusted),
+                worker: w.worker.clone(),
+                image: w.image.clone(),
+                command: args.command.clone(),
+                memory: w.memory,
+                timeout: w.timeout,
+                jobs: args
+                    .jobs
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+                    .max(1),
+                stage_as_one: args.stage_as_one,
+            };
+            let record = batch::new_record(settings, documents);
+            (record, w.clone(), args.command.clone())
+        }
+    };
+    let template = prepare(policy_dir, &worker_args, &command)?;
+    let (docker, _) = engine::connect().await?;
+    if let Err(e) = gc::collect(&docker, &home, gc::Scope::Home).await {
+        tracing::warn!("gc before batch failed: {e}");
+    }
+    let images = session::resolve_images(&docker, &template).await?;
+    let pending = record
+        .documents
+        .iter()
+        .filter(|d| d.status.needs_run())
+        .count();
+    eprintln!(
+        "batch {}: {} document(s) to run, {} at a time",
+        home::short(&record.id),
+        pending,
+        record.settings.jobs
+    );
+    let progress = BatchProgress::new(record.documents.len(), record.documents.len() - pending);
+    let record = batch::run(
+        &home,
+        &docker,
+        record,
+        template,
+        &images,
+        &progress,
+        shutdown_signal(),
+    )
+    .await?;
+    progress.done();
+    let summary = record.summary();
+    if args.json.json {
+        print_json(
+            &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents }),
+        )?;
+    } else {
+        println!(
+            "batch {}: {}",
+            home::short(&record.id),
+            record.state.as_str()
+        );
+        println!("  {:<10} {:>6}", "succeeded", summary.succeeded);
+        println!("  {:<10} {:>6}", "partial", summary.partial);
+        println!("  {:<10} {:>6}", "failed", summary.failed);
+        println!("  {:<10} {:>6}", "timed out", summary.timed_out);
+        println!("  {:<10} {:>6}", "oom", summary.oom);
+        println!("  {:<10} {:>6}", "rejected", summary.rejected);
+        println!("  {:<10} {:>6}", "not run", summary.not_run);
+        println!(
+            "  rejected entries {}, bytes staged {}",
+            summary.rejected_entries,
+            human_bytes(summary.bytes_staged)
+        );
+        for d in record.documents.iter().filter(|d| {
+            !matches!(
+                d.status,
+                batch::DocStatus::Staged | batch::DocStatus::Pending
+            )
+        }) {
+            println!(
+                "  {:<9} {}  {}",
+                d.status.as_str(),
+                d.source,
+                d.error.as_deref().unwrap_or("")
+            );
+        }
+        if let Some(staged) = &record.staged {
+            println!("  staged as one: golem-orch show {}", home::short(staged));
+        }
+        if record.state == batch::BatchState::Cancelled {
+            println!(
+                "  resume with: golem-orch batch --resume {}",
+                home::short(&record.id)
+            );
+        }
+    }
+    Ok(ExitCode::from(match record.state {
+        batch::BatchState::Cancelled => 130,
+        _ if summary.succeeded == summary.total => 0,
+        _ => 1,
+    }))
+}
+
+/// Progress for a batch: a bar on a terminal, one line per finished document otherwise.
+struct BatchProgress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl BatchProgress {
+    fn new(total: usize, done: usize) -> BatchProgress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} documents  {per_sec}  eta {eta}  {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_position(done as u64);
+            bar
+        });
+        BatchProgress { bar }
+    }
+
+    fn done(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl golem_orch::batch::Progress for BatchProgress {
+    fn started(&self, doc: &golem_orch::batch::Document) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(golem_orch::container::neutralise(&doc.folder));
+        }
+    }
+
+    fn finished(&self, doc: &golem_orch::batch::Document, done: usize, total: usize) {
+        let line = format!(
+            "[{done}/{total}] {:<9} {}{}",
+            doc.status.as_str(),
+            golem_orch::container::neutralise(&doc.source),
+            doc.error
+                .as_deref()
+                .map(|e| format!("  ({})", e.replace(['\n', '\r'], " ")))
+                .unwrap_or_default()
+        );
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(done as u64);
+                if doc.status != golem_orch::batch::DocStatus::Staged {
+                    bar.println(line);
+                }
+            }
+            None => eprintln!("{line}"),
+        }
+    }
 }
 
 /// Prints the plan without creating anything: no session, no download, no engine call.

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod batch;
 pub mod container;
 pub mod diff;
 pub mod engine;

@@ -170,7 +170,9 @@ pub fn verified_manifest(stage: &Stage, audit: &Audit, id: &str) -> Result<Manif
         .read()?
         .into_iter()
         .rev()
-        .find(|r| r.event == "session.staged" && r.data["staged"] == id)
+        .find(|r| {
+            (r.event == "session.staged" || r.event == "batch.staged") && r.data["staged"] == id
+        })
         .and_then(|r| r.data["manifest_sha256"].as_str().map(str::to_string))
         .ok_or_else(|| unverified("the audit log has no record of staging it".into()))?;
     if stage::manifest_sha256(stage, id)? != recorded {

@@ -326,6 +326,17 @@ pub async fn run(
 ) -> Result<Outcome, SessionError> {
     // Images first: a missing image is bad input and must fail before a session exists.
     let images = resolve_images(docker, &opts).await?;
+    run_resolved(home, docker, opts, &images, cancel).await
+}
+
+/// [`run`] with images already resolved, so a batch resolves them once for all its documents.
+pub async fn run_resolved(
+    home: &Home,
+    docker: &Docker,
+    opts: RunOptions,
+    images: &Images,
+    cancel: impl Future<Output = ()>,
+) -> Result<Outcome, SessionError> {
     let audit = Audit::new(home.audit_path());
     let owner = Owner::current();
     let id = home::new_id();
@@ -373,7 +384,7 @@ pub async fn run(
             home,
             docker,
             &opts,
-            &images,
+            images,
             &audit,
             &owner,
             &mut record,
@@ -442,6 +453,7 @@ pub async fn run(
 }
 
 /// The images a session uses, resolved before it starts.
+#[derive(Debug, Clone)]
 pub struct Images {
     /// golem-worker, which also runs the holder.
     pub holder_image: String,

@@ -3,6 +3,7 @@
 //! Every test drives the real binary with its own project and state directory and ends by
 //! checking that no container or volume of its own is left in the engine.
 
+mod batch;
 mod clearance;
 mod harness;
 mod session;

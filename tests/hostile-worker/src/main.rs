@@ -56,6 +56,10 @@ modes:
   replace-output      try to replace /output (or escape it) with symlinks to /
   exit N              write ok.txt and exit with code N
   echo-env            print the environment and write /output/env.txt
+  try-write PATH...   try to create each PATH; write /output/writes.json
+  try-read PATH...    try to read (or list) each PATH; write /output/reads.json
+  procs               list every visible process and try to ptrace-seize and signal (0) each
+                      one that is not ours; write /output/procs.json
 environment: HOSTILE_OUTPUT_DIR (default /output), HOSTILE_INPUT_DIR (default /input),
   HOSTILE_WORKER_ALLOW_HOST=1 to run the dangerous modes outside a container.
 ";
@@ -85,10 +89,26 @@ const HOST_PATHS: [&str; 9] = [
 ];
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args_os()
+    let mut args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    // `from-input`: the mode and its arguments are the first line of the first input file, so
+    // one batch can give every document its own behaviour.
+    if args.first().map(String::as_str) == Some("from-input") {
+        let input = std::env::var_os("HOSTILE_INPUT_DIR")
+            .map_or_else(|| PathBuf::from("/input"), PathBuf::from);
+        let first = fs::read_dir(&input).ok().and_then(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .find(|p| p.is_file())
+        });
+        let line = first
+            .and_then(|p| fs::read_to_string(p).ok())
+            .and_then(|t| t.lines().next().map(str::to_string))
+            .unwrap_or_default();
+        args = line.split_whitespace().map(str::to_string).collect();
+    }
     let mode = args.first().map(String::as_str).unwrap_or("");
     let arg = args.get(1).map(String::as_str);
     let code = match (mode, arg) {
@@ -126,6 +146,8 @@ fn main() -> ExitCode {
             Err(_) => usage("exit takes a code"),
         },
         ("echo-env", None) => echo_env(),
+        ("try-read", Some(_)) => try_read(&args[1..]),
+        ("procs", None) => procs(),
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
             println!("exec-ok");
@@ -1236,4 +1258,119 @@ fn echo_env() -> i32 {
         Err(e) => eprintln!("hostile-worker: cannot write {}: {e}", path.display()),
     }
     0
+}
+
+/// Tries to read every path given (a directory is listed, a file's first
+/// [`MAX_CONTENT`] bytes are kept); writes `/output/reads.json` as
+/// `{PATH: {"exists", "is_dir", "readable", "content", "listing", "error", "errno"}}`.
+/// Used to look for host files, credentials and other sessions' state that must not be there.
+fn try_read(paths: &[String]) -> i32 {
+    let mut results = Map::new();
+    for path in paths {
+        let meta = fs::symlink_metadata(path);
+        let is_dir = fs::metadata(path).is_ok_and(|m| m.is_dir());
+        let (readable, content, listing, err) = if is_dir {
+            match dir_names(Path::new(path)) {
+                Ok(names) => (true, Value::Null, names, None),
+                Err(e) => (false, Value::Null, Value::Null, Some(json!(e))),
+            }
+        } else {
+            let mut buf = Vec::new();
+            match File::open(path).and_then(|f| f.take(MAX_CONTENT).read_to_end(&mut buf)) {
+                Ok(_) => (
+                    true,
+                    json!(String::from_utf8_lossy(&buf)),
+                    Value::Null,
+                    None,
+                ),
+                Err(e) => (
+                    false,
+                    Value::Null,
+                    Value::Null,
+                    Some(json!({"error": e.to_string(), "errno": errno_of(&e)})),
+                ),
+            }
+        };
+        results.insert(
+            path.clone(),
+            json!({
+                "exists": meta.is_ok(),
+                "stat_errno": meta.as_ref().err().map_or(Value::Null, errno_of),
+                "is_dir": is_dir,
+                "readable": readable,
+                "content": content,
+                "listing": listing,
+                "error": err,
+            }),
+        );
+    }
+    let text = Value::Object(results).to_string();
+    println!("{text}");
+    match fs::write(output_dir().join("reads.json"), text) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hostile-worker: cannot write reads.json: {e}");
+            1
+        }
+    }
+}
+
+/// Every process visible in `/proc`, and for each one that is not this
+/// process: whether it may be signalled (`kill(pid, 0)`, which sends nothing)
+/// and traced (`PTRACE_SEIZE`, which does not stop the tracee; a seized
+/// process is released when we exit). In a sandbox with its own PID
+/// namespace the list holds only this process. Only runs as a container's
+/// main process (see [`host_guard`]).
+fn procs() -> i32 {
+    if let Some(msg) = host_guard() {
+        println!("{}", json!({"mode": "procs", "error": msg}));
+        return 0;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut pids: Vec<libc::pid_t> = fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort_unstable();
+    let mut list = Vec::new();
+    for pid in pids {
+        let comm = read_text(&format!("/proc/{pid}/comm"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let cmdline = read_text(&format!("/proc/{pid}/cmdline"))
+            .map(|s| s.replace('\0', " ").trim().to_string())
+            .unwrap_or_default();
+        let uid = read_text(&format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|r| r.split_whitespace().next().map(str::to_string))
+            })
+            .unwrap_or_default();
+        let mut entry =
+            json!({"pid": pid, "comm": comm, "cmdline": cmdline, "uid": uid, "self": pid == me});
+        if pid != me {
+            // SAFETY: signal 0 only checks permission; PTRACE_SEIZE takes no pointers.
+            entry["kill0"] = libc_result(i64::from(unsafe { libc::kill(pid, 0) }));
+            let null = std::ptr::null_mut::<libc::c_void>();
+            entry["ptrace_seize"] =
+                libc_result(unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, null, null) });
+        }
+        list.push(entry);
+    }
+    let v = json!({"mode": "procs", "self": me, "processes": list});
+    let text = v.to_string();
+    println!("{text}");
+    match fs::write(output_dir().join("procs.json"), text) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hostile-worker: cannot write procs.json: {e}");
+            1
+        }
+    }
 }

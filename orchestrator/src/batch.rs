@@ -1,0 +1,754 @@
+//! Batch: many documents, one session (one container) each, at most N at once.
+//!
+//! A batch reuses one engine connection and resolves images once; documents run through
+//! `buffer_unordered`, so the next container is being created while others run. Its record
+//! (`.golem/batches/<id>.json`) is rewritten atomically after every document, so a cancelled
+//! or crashed batch knows exactly what finished, and `--resume` runs only the rest. A document
+//! that crashes, times out or is OOM-killed is recorded and quarantined; the others go on.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bollard::Docker;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::audit::{self, Audit};
+use crate::extract::{ExtractedFile, Rejected};
+use crate::home::{self, write_atomic, Home};
+use crate::intake::{self, InputRecord, Source};
+use crate::policy::TrustLevel;
+use crate::session::{self, Images, RunOptions, SessionError, SessionStatus};
+use crate::stage::{self, Manifest, Stage, StageError, Status};
+use crate::units::{Limit, Size};
+
+/// Where a document is in the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocStatus {
+    /// Not started yet (or cancelled before it started).
+    Pending,
+    /// Its session is running.
+    Running,
+    /// Its output is staged and its worker exited 0.
+    Staged,
+    /// Its output is staged but its worker exited non-zero.
+    Partial,
+    /// Its session failed (bad input, engine error, crash).
+    Failed,
+    /// Killed at its timeout.
+    Timeout,
+    /// Killed for memory.
+    Oom,
+    /// Its output broke the policy's caps as a whole.
+    Rejected,
+    /// Stopped by a cancel while running; runs again on resume.
+    Cancelled,
+}
+
+impl DocStatus {
+    /// Whether `--resume` should run this document again.
+    pub fn needs_run(self) -> bool {
+        matches!(
+            self,
+            DocStatus::Pending | DocStatus::Running | DocStatus::Cancelled
+        )
+    }
+
+    /// The lowercase word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocStatus::Pending => "pending",
+            DocStatus::Running => "running",
+            DocStatus::Staged => "staged",
+            DocStatus::Partial => "partial",
+            DocStatus::Failed => "failed",
+            DocStatus::Timeout => "timeout",
+            DocStatus::Oom => "oom",
+            DocStatus::Rejected => "rejected",
+            DocStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One document of a batch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Document {
+    /// The path or URL.
+    pub source: String,
+    /// Its folder in a `--stage-as-one` commit (unique in the batch).
+    pub folder: String,
+    /// Where it is.
+    pub status: DocStatus,
+    /// Its session, once started.
+    pub session: Option<String>,
+    /// Its staged commit.
+    pub staged: Option<String>,
+    /// Its worker's exit code.
+    pub exit_code: Option<i64>,
+    /// What went wrong.
+    pub error: Option<String>,
+    /// Files staged.
+    pub files: usize,
+    /// Bytes staged.
+    pub bytes: u64,
+    /// Entries rejected.
+    pub rejected: u64,
+}
+
+/// What the batch was asked to do, kept so `--resume` runs the rest the same way.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settings {
+    /// Trust level.
+    pub trust_level: TrustLevel,
+    /// Worker definition name, when not an image.
+    pub worker: Option<String>,
+    /// A person's own image.
+    pub image: Option<String>,
+    /// Arguments for the image.
+    pub command: Vec<String>,
+    /// Lowered memory limit.
+    pub memory: Option<Size>,
+    /// Lowered timeout.
+    pub timeout: Option<Limit>,
+    /// Containers at once.
+    pub jobs: usize,
+    /// One staged commit for the whole batch.
+    pub stage_as_one: bool,
+}
+
+/// Overall state of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchState {
+    /// Running (or its orchestrator died; resume it).
+    Running,
+    /// Every document reached an outcome.
+    Finished,
+    /// Stopped by a cancel; resume runs the rest.
+    Cancelled,
+}
+
+/// The batch record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// Batch id.
+    pub id: String,
+    /// When it was created.
+    pub created_at: String,
+    /// Last change.
+    pub updated_at: String,
+    /// State.
+    pub state: BatchState,
+    /// Settings.
+    pub settings: Settings,
+    /// Documents in order.
+    pub documents: Vec<Document>,
+    /// The combined staged commit (`--stage-as-one`).
+    pub staged: Option<String>,
+}
+
+/// Counts for the summary table and `--json`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Documents in the batch.
+    pub total: usize,
+    /// Staged with exit 0.
+    pub succeeded: usize,
+    /// Staged with a non-zero exit.
+    pub partial: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Timed out.
+    pub timed_out: usize,
+    /// OOM-killed.
+    pub oom: usize,
+    /// Output rejected as a whole.
+    pub rejected: usize,
+    /// Not run (cancelled or pending).
+    pub not_run: usize,
+    /// Entries rejected across all documents.
+    pub rejected_entries: u64,
+    /// Bytes staged across all documents.
+    pub bytes_staged: u64,
+}
+
+impl BatchState {
+    /// The lowercase word used in JSON and listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchState::Running => "running",
+            BatchState::Finished => "finished",
+            BatchState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl Record {
+    /// The summary of the documents' outcomes.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            total: self.documents.len(),
+            ..Summary::default()
+        };
+        for d in &self.documents {
+            match d.status {
+                DocStatus::Staged => s.succeeded += 1,
+                DocStatus::Partial => s.partial += 1,
+                DocStatus::Failed => s.failed += 1,
+                DocStatus::Timeout => s.timed_out += 1,
+                DocStatus::Oom => s.oom += 1,
+                DocStatus::Rejected => s.rejected += 1,
+                DocStatus::Pending | DocStatus::Running | DocStatus::Cancelled => s.not_run += 1,
+            }
+            s.rejected_entries += d.rejected;
+            s.bytes_staged += d.bytes;
+        }
+        s
+    }
+}
+
+/// Why a batch could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// A session-level failure that stops the whole batch (e.g. the image is missing).
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The stage failed while merging.
+    #[error(transparent)]
+    Stage(#[from] StageError),
+    /// The audit log failed.
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
+    /// Inputs could not be listed.
+    #[error(transparent)]
+    Intake(#[from] intake::IntakeError),
+    /// The record could not be read or written.
+    #[error("batch record {path}: {message}")]
+    Record {
+        /// The file.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// Nothing to do.
+    #[error("no documents found in the given inputs")]
+    Empty,
+}
+
+/// Receives progress as documents start and finish (a progress bar, plain lines, or nothing).
+pub trait Progress: Send + Sync {
+    /// A document's session is starting.
+    fn started(&self, doc: &Document);
+    /// A document reached an outcome; `done` of `total` are finished.
+    fn finished(&self, doc: &Document, done: usize, total: usize);
+}
+
+/// Where batch records live.
+pub fn dir(home: &Home) -> std::path::PathBuf {
+    home.root().join("batches")
+}
+
+/// Loads a batch record by id or unique prefix.
+pub fn load(home: &Home, id: &str) -> Result<Record, BatchError> {
+    let d = dir(home);
+    std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
+    let full = resolve(&d, id)?;
+    let path = d.join(format!("{full}.json"));
+    let text = std::fs::read(&path).map_err(|e| record_err(&path, e))?;
+    serde_json::from_slice(&text).map_err(|e| record_err(&path, e))
+}
+
+fn resolve(d: &Path, id: &str) -> Result<String, BatchError> {
+    let prefix = id.to_ascii_lowercase();
+    let ok = prefix.len() >= 4 && prefix.chars().all(|c| c.is_ascii_hexdigit());
+    let mut found: Vec<String> = std::fs::read_dir(d)
+        .map_err(|e| record_err(d, e))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .filter(|n| ok && n.starts_with(&prefix))
+        .collect();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(BatchError::Record {
+            path: d.display().to_string(),
+            message: format!("no batch matches {id:?}"),
+        }),
+        _ => Err(BatchError::Record {
+            path: d.display().to_string(),
+            message: format!("{id:?} matches several batches; give more characters"),
+        }),
+    }
+}
+
+fn record_err(path: &Path, e: impl std::fmt::Display) -> BatchError {
+    BatchError::Record {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
+    let d = dir(home);
+    std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
+    let path = d.join(format!("{}.json", record.id));
+    let json = serde_json::to_vec_pretty(record).map_err(|e| record_err(&path, e))?;
+    write_atomic(&path, &json).map_err(|e| record_err(&path, e))
+}
+
+/// Expands inputs into documents: files as given, directories recursively (links skipped, as
+/// intake would refuse them), URLs as given. Folder names are unique within the batch.
+pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
+    let mut out: Vec<Document> = Vec::new();
+    let mut folders: Vec<String> = Vec::new();
+    let mut push = |source: String, name: String| {
+        let mut folder = sanitize(&name);
+        let base = folder.clone();
+        let mut n = 2;
+        while folders.contains(&folder) {
+            folder = format!("{base}-{n}");
+            n += 1;
+        }
+        folders.push(folder.clone());
+        out.push(Document {
+            source,
+            folder,
+            status: DocStatus::Pending,
+            session: None,
+            staged: None,
+            exit_code: None,
+            error: None,
+            files: 0,
+            bytes: 0,
+            rejected: 0,
+        });
+    };
+    for source in intake::classify(inputs)? {
+        match source {
+            Source::File(p) => {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                push(p.display().to_string(), name);
+            }
+            Source::Url(u) => {
+                let name = u
+                    .path_segments()
+                    .and_then(|mut s| s.next_back().map(str::to_string))
+                    .unwrap_or_default();
+                push(u.to_string(), name);
+            }
+            Source::Dir(root) => {
+                let mut files = Vec::new();
+                walk(&root, &mut files).map_err(|e| record_err(&root, e))?;
+                files.sort();
+                for f in files {
+                    let rel = f
+                        .strip_prefix(&root)
+                        .unwrap_or(&f)
+                        .to_string_lossy()
+                        .replace('/', "_");
+                    push(f.display().to_string(), rel);
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(BatchError::Empty);
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let ft = entry.file_type()?;
+        if ft.is_dir() {
+            walk(&entry.path(), out)?;
+        } else if ft.is_file() {
+            out.push(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// A folder name that passes the extractor's name rules.
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect();
+    let s = s.trim_start_matches('.').to_string();
+    if s.is_empty() || s.eq_ignore_ascii_case(".git") {
+        "document".into()
+    } else {
+        s
+    }
+}
+
+/// A new batch record.
+pub fn new_record(settings: Settings, documents: Vec<Document>) -> Record {
+    Record {
+        id: home::new_id(),
+        created_at: audit::now(),
+        updated_at: audit::now(),
+        state: BatchState::Running,
+        settings,
+        documents,
+        staged: None,
+    }
+}
+
+/// Runs every document that still needs a run. `template` carries the policy and worker; its
+/// sources are replaced per document. `cancel` resolving stops launching, cancels running
+/// sessions (each removes its own container) and records the batch as cancelled.
+pub async fn run(
+    home: &Home,
+    docker: &Docker,
+    mut record: Record,
+    template: RunOptions,
+    images: &Images,
+    progress: &dyn Progress,
+    cancel: impl std::future::Future<Output = ()>,
+) -> Result<Record, BatchError> {
+    let audit = Audit::new(home.audit_path());
+    record.state = BatchState::Running;
+    save(home, &record)?;
+    audit.record(
+        None,
+        "batch.started",
+        json!({ "batch": record.id, "documents": record.documents.len(), "jobs": record.settings.jobs, "trust_level": record.settings.trust_level }),
+    )?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shared = Arc::new(Mutex::new(record));
+    let todo: Vec<usize> = lock(&shared)
+        .documents
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.status.needs_run())
+        .map(|(i, _)| i)
+        .collect();
+    let total = lock(&shared).documents.len();
+    let done_before = total - todo.len();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(done_before));
+    let jobs = lock(&shared).settings.jobs.max(1);
+
+    let work = futures_util::stream::iter(todo)
+        .map(|i| {
+            let shared = shared.clone();
+            let template = template.clone();
+            let mut stop = stop_rx.clone();
+            let done = done.clone();
+            async move {
+                if *stop.borrow() {
+                    return;
+                }
+                let doc = {
+                    let mut r = lock(&shared);
+                    r.documents[i].status = DocStatus::Running;
+                    r.documents[i].clone()
+                };
+                progress.started(&doc);
+                let sources = match intake::classify(std::slice::from_ref(&doc.source)) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        finish(&shared, i, DocStatus::Failed, None, Some(e.to_string()));
+                        let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        progress.finished(&lock(&shared).documents[i].clone(), n, total);
+                        return;
+                    }
+                };
+                let opts = RunOptions {
+                    sources,
+                    ..template
+                };
+                let cancelled = async move {
+                    let _ = stop.wait_for(|v| *v).await;
+                };
+                let outcome = session::run_resolved(home, docker, opts, images, cancelled).await;
+                {
+                    let mut r = lock(&shared);
+                    let d = &mut r.documents[i];
+                    match outcome {
+                        Ok(o) => {
+                            d.session = Some(o.session.clone());
+                            d.staged = o.staged.clone();
+                            d.exit_code = o.exit_code;
+                            d.error = o.error.clone();
+                            d.files = o.files;
+                            d.bytes = o.bytes;
+                            d.rejected = o.rejected;
+                            d.status = match o.status {
+                                SessionStatus::Staged if o.exit_code == Some(0) => {
+                                    DocStatus::Staged
+                                }
+                                SessionStatus::Staged => DocStatus::Partial,
+                                SessionStatus::Timeout => DocStatus::Timeout,
+                                SessionStatus::Oom => DocStatus::Oom,
+                                SessionStatus::Rejected => DocStatus::Rejected,
+                                SessionStatus::Cancelled => DocStatus::Cancelled,
+                                _ => DocStatus::Failed,
+                            };
+                        }
+                        Err(e) => {
+                            d.status = DocStatus::Failed;
+                            d.error = Some(e.to_string());
+                        }
+                    }
+                }
+                let snapshot = {
+                    let mut r = lock(&shared);
+                    r.updated_at = audit::now();
+                    r.clone()
+                };
+                // A record that cannot be saved is logged, not fatal: the sessions themselves are recorded.
+                if let Err(e) = save(home, &snapshot) {
+                    tracing::warn!("{e}");
+                }
+                if snapshot.documents[i].status != DocStatus::Cancelled {
+                    let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    progress.finished(&snapshot.documents[i], n, total);
+                }
+            }
+        })
+        .buffer_unordered(jobs)
+        .collect::<Vec<()>>();
+    tokio::pin!(work);
+    tokio::pin!(cancel);
+    let cancelled = tokio::select! {
+        biased;
+        _ = &mut work => false,
+        () = &mut cancel => {
+            let _ = stop_tx.send(true);
+            // Let running sessions notice and clean up their containers.
+            work.await;
+            true
+        }
+    };
+    let mut record = lock(&shared).clone();
+    for d in record
+        .documents
+        .iter_mut()
+        .filter(|d| d.status == DocStatus::Running)
+    {
+        d.status = DocStatus::Cancelled;
+    }
+    record.state = if cancelled {
+        BatchState::Cancelled
+    } else {
+        BatchState::Finished
+    };
+    if !cancelled && record.settings.stage_as_one && record.staged.is_none() {
+        record.staged = merge(home, &audit, &mut record)?;
+    }
+    record.updated_at = audit::now();
+    save(home, &record)?;
+    audit.record(
+        None,
+        "batch.finished",
+        json!({ "batch": record.id, "state": record.state, "summary": record.summary(), "staged": record.staged }),
+    )?;
+    Ok(record)
+}
+
+fn lock(shared: &Arc<Mutex<Record>>) -> std::sync::MutexGuard<'_, Record> {
+    // A poisoned lock means a panic elsewhere; the data is still the best record we have.
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn finish(
+    shared: &Arc<Mutex<Record>>,
+    i: usize,
+    status: DocStatus,
+    session: Option<String>,
+    error: Option<String>,
+) {
+    let mut r = lock(shared);
+    let d = &mut r.documents[i];
+    d.status = status;
+    d.session = session;
+    d.error = error;
+}
+
+/// Combines every staged document into one staged commit with a folder per document, and marks
+/// the per-document commits discarded (merged). Files are copied through [`Stage::read_verified`].
+fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<String>, BatchError> {
+    let stage = Stage::new(home.staged_dir());
+    let parts: Vec<(String, String)> = record
+        .documents
+        .iter()
+        .filter_map(|d| d.staged.clone().map(|s| (d.folder.clone(), s)))
+        .collect();
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let id = record.id.clone();
+    let building = stage.begin(&id)?;
+    let files_dir = building.files_dir();
+    let mut inputs: Vec<InputRecord> = Vec::new();
+    let mut files: Vec<ExtractedFile> = Vec::new();
+    let mut rejected: Vec<Rejected> = Vec::new();
+    let mut omitted = 0u64;
+    let mut first: Option<Manifest> = None;
+    for (folder, staged) in &parts {
+        let m = stage.manifest(staged)?;
+        stage.verify_layout(staged, &m)?;
+        for f in &m.files {
+            let data = stage.read_verified(staged, f)?;
+            let path = format!("{folder}/{}", f.path);
+            let dest = files_dir.join(&path);
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| record_err(parent, e))?;
+            }
+            std::fs::write(&dest, &data).map_err(|e| record_err(&dest, e))?;
+            files.push(ExtractedFile {
+                path,
+                size: f.size,
+                sha256: f.sha256.clone(),
+            });
+        }
+        inputs.extend(m.inputs.iter().map(|i| InputRecord {
+            name: format!("{folder}/{}", i.name),
+            ..i.clone()
+        }));
+        rejected.extend(m.rejected.iter().map(|r| Rejected {
+            path: format!("{folder}/{}", r.path),
+            reason: r.reason.clone(),
+        }));
+        omitted += m.rejected_omitted;
+        first.get_or_insert(m);
+    }
+    let Some(first) = first else { return Ok(None) };
+    let bytes = files.iter().map(|f| f.size).sum();
+    let manifest = Manifest {
+        version: 1,
+        id: id.clone(),
+        session: id.clone(),
+        created_at: audit::now(),
+        trust_level: first.trust_level,
+        image: first.image.clone(),
+        image_id: first.image_id.clone(),
+        command: first.command.clone(),
+        exit_code: None,
+        inputs,
+        files,
+        rejected,
+        rejected_omitted: omitted,
+        bytes,
+        repo_head: first.repo_head.clone(),
+    };
+    building.commit(&manifest)?;
+    let manifest_sha256 = stage::manifest_sha256(&stage, &id)?;
+    audit.record(
+        Some(&id),
+        "batch.staged",
+        json!({ "staged": id, "documents": parts.len(), "files": manifest.files.len(), "bytes": bytes, "manifest_sha256": manifest_sha256 }),
+    )?;
+    for (_, staged) in &parts {
+        // The per-document commits live on only as part of the combined one.
+        if stage
+            .transition(staged, &Status::Discarded { at: audit::now() })
+            .is_ok()
+        {
+            audit.record(
+                Some(staged),
+                "stage.merged",
+                json!({ "staged": staged, "into": id }),
+            )?;
+        }
+    }
+    Ok(Some(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_expand_directories_and_get_unique_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        std::fs::write(dir.path().join("a/x.txt"), "1").unwrap();
+        std::fs::write(dir.path().join("a/b/x.txt"), "2").unwrap();
+        std::fs::write(dir.path().join("x.txt"), "3").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("a/link")).unwrap();
+        let docs = documents(&[
+            dir.path().join("a").display().to_string(),
+            dir.path().join("x.txt").display().to_string(),
+        ])
+        .unwrap();
+        let folders: Vec<&str> = docs.iter().map(|d| d.folder.as_str()).collect();
+        assert_eq!(folders, ["b_x.txt", "x.txt", "x.txt-2"]);
+        assert!(docs.iter().all(|d| d.status == DocStatus::Pending));
+        assert!(matches!(documents(&[]), Err(BatchError::Empty)));
+    }
+
+    #[test]
+    fn folder_names_are_safe() {
+        assert_eq!(sanitize("../../etc/passwd"), "_.._etc_passwd");
+        assert_eq!(sanitize(".git"), "git");
+        assert_eq!(sanitize(""), "document");
+        assert_eq!(sanitize("a\nb"), "a_b");
+    }
+
+    #[test]
+    fn summaries_count_every_outcome() {
+        let mut docs = Vec::new();
+        let mk = |status| Document {
+            source: "s".into(),
+            folder: "f".into(),
+            status,
+            session: None,
+            staged: None,
+            exit_code: None,
+            error: None,
+            files: 1,
+            bytes: 10,
+            rejected: 2,
+        };
+        for s in [
+            DocStatus::Staged,
+            DocStatus::Failed,
+            DocStatus::Timeout,
+            DocStatus::Oom,
+            DocStatus::Cancelled,
+        ] {
+            docs.push(mk(s));
+        }
+        let r = new_record(
+            Settings {
+                trust_level: TrustLevel::Untrusted,
+                worker: None,
+                image: None,
+                command: vec![],
+                memory: None,
+                timeout: None,
+                jobs: 2,
+                stage_as_one: false,
+            },
+            docs,
+        );
+        let s = r.summary();
+        assert_eq!(
+            (
+                s.total,
+                s.succeeded,
+                s.failed,
+                s.timed_out,
+                s.oom,
+                s.not_run
+            ),
+            (5, 1, 1, 1, 1, 1)
+        );
+        assert_eq!((s.rejected_entries, s.bytes_staged), (10, 50));
+    }
+}
