@@ -398,29 +398,32 @@ pub fn download(
 /// Removes every tracked resource, containers first (with their anonymous volumes), then volumes.
 /// Returns what could not be removed; missing resources count as removed.
 pub async fn remove_all(docker: &Docker, tracker: &Tracker) -> Vec<(Resource, String)> {
-    let mut failed = Vec::new();
     let resources = tracker.take();
-    for r in resources
-        .iter()
-        .filter(|r| matches!(r, Resource::Container(_)))
-    {
-        if let Resource::Container(id) = r {
-            if let Err(e) = remove_container(docker, id).await {
-                failed.push((r.clone(), e.to_string()));
-            }
-        }
-    }
-    for r in resources
-        .iter()
-        .filter(|r| matches!(r, Resource::Volume(_)))
-    {
+    // Containers go together (each removal is an engine round trip); volumes only after them.
+    let containers = resources.iter().filter_map(|r| match r {
+        Resource::Container(id) => Some(async move {
+            (
+                r,
+                remove_container(docker, id)
+                    .await
+                    .map_err(|e| e.to_string()),
+            )
+        }),
+        Resource::Volume(_) => None,
+    });
+    let mut results = futures_util::future::join_all(containers).await;
+    for r in &resources {
         if let Resource::Volume(name) = r {
-            if let Err(e) = remove_volume(docker, name).await {
-                failed.push((r.clone(), e.to_string()));
-            }
+            results.push((
+                r,
+                remove_volume(docker, name).await.map_err(|e| e.to_string()),
+            ));
         }
     }
-    failed
+    results
+        .into_iter()
+        .filter_map(|(r, result)| result.err().map(|e| (r.clone(), e)))
+        .collect()
 }
 
 /// Force-removes a container and its anonymous volumes; absent is success.

@@ -593,14 +593,19 @@ async fn steps(
         container::holder_body(&plan, worker_tag, &names.volume),
     )
     .await?;
-    container::start(docker, &holder, "holder").await?;
+    // The holder must be running before the worker starts (so the output survives the worker's
+    // exit); creating the worker does not depend on it, so both happen at once.
     tracker.add(Resource::Container(names.worker.clone()));
-    let worker_id = container::create(
-        docker,
-        &names.worker,
-        container::worker_body(&plan, &names.volume),
-    )
-    .await?;
+    let (started, created) = tokio::join!(
+        container::start(docker, &holder, "holder"),
+        container::create(
+            docker,
+            &names.worker,
+            container::worker_body(&plan, &names.volume),
+        )
+    );
+    started?;
+    let worker_id = created?;
     audit.record(
         Some(&id),
         "container.created",
