@@ -374,25 +374,9 @@ fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A folder name that passes the extractor's name rules.
+/// A folder name that passes the extractor's name rules (a leading dot, so `.git` too, is dropped).
 fn sanitize(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(100)
-        .collect();
-    let s = s.trim_start_matches('.').to_string();
-    if s.is_empty() || s.eq_ignore_ascii_case(".git") {
-        "document".into()
-    } else {
-        s
-    }
+    intake::safe_name(name, "document")
 }
 
 /// A new batch record.

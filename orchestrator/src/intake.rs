@@ -279,7 +279,14 @@ fn url_name(url: &reqwest::Url) -> String {
         .path_segments()
         .and_then(|mut s| s.next_back().map(str::to_string))
         .unwrap_or_default();
-    let decoded: String = last
+    safe_name(&last, "download")
+}
+
+/// A file name anyone can read and every name check accepts: ASCII letters, digits, `.`, `_`
+/// and `-` (anything else becomes `_`), no leading dots, at most 100 characters; `fallback`
+/// when nothing is left.
+pub fn safe_name(text: &str, fallback: &str) -> String {
+    let mapped: String = text
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "._-".contains(c) {
@@ -290,9 +297,9 @@ fn url_name(url: &reqwest::Url) -> String {
         })
         .take(100)
         .collect();
-    let trimmed = decoded.trim_start_matches('.');
+    let trimmed = mapped.trim_start_matches('.');
     if trimmed.is_empty() {
-        "download".to_string()
+        fallback.to_string()
     } else {
         trimmed.to_string()
     }

@@ -10,20 +10,6 @@ use serde_json::Value;
 
 use crate::harness::{docker_lines, hostile_image, stderr_text, wait_until, Golem};
 
-/// Running worker containers of this test, as the engine sees them.
-fn running_workers(g: &Golem) -> usize {
-    let label = format!("label=golem.home={}", g.home.display());
-    docker_lines(&[
-        "ps",
-        "-q",
-        "--filter",
-        &label,
-        "--filter",
-        "label=golem.role=worker",
-    ])
-    .len()
-}
-
 /// Status of each document by its file name.
 fn statuses(result: &Value) -> BTreeMap<String, String> {
     result["documents"]
@@ -164,7 +150,7 @@ fn a_cancelled_batch_leaves_no_containers_and_resumes_to_completion() {
         .spawn()
         .expect("spawn batch");
     assert!(
-        wait_until(Duration::from_secs(60), || running_workers(&g) == 2),
+        wait_until(Duration::from_secs(60), || g.running_workers() == 2),
         "two workers never ran"
     );
     // SAFETY: signalling our own child.

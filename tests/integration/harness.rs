@@ -108,6 +108,20 @@ impl Golem {
         found
     }
 
+    /// Worker containers of this test running right now, as the engine sees them.
+    pub fn running_workers(&self) -> usize {
+        let label = format!("label=golem.home={}", self.home.display());
+        docker_lines(&[
+            "ps",
+            "-q",
+            "--filter",
+            &label,
+            "--filter",
+            "label=golem.role=worker",
+        ])
+        .len()
+    }
+
     /// Asserts the engine holds nothing of this test.
     pub fn assert_clean(&self) {
         let left = self.leftovers();

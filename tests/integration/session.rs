@@ -461,18 +461,8 @@ fn ctrl_c_cancels_the_session_and_removes_its_container() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    let label = format!("label=golem.home={}", g.home.display());
     assert!(
-        wait_until(Duration::from_secs(60), || docker_lines(&[
-            "ps",
-            "-q",
-            "--filter",
-            &label,
-            "--filter",
-            "label=golem.role=worker"
-        ])
-        .len()
-            == 1),
+        wait_until(Duration::from_secs(60), || g.running_workers() == 1),
         "worker never started"
     );
     // SAFETY: sending a signal to our own child.
@@ -492,18 +482,8 @@ fn gc_cleans_up_after_an_orchestrator_killed_mid_session() {
         .cmd(["run", "--image", image, "--", "sleep", "300"])
         .spawn()
         .expect("spawn");
-    let label = format!("label=golem.home={}", g.home.display());
     assert!(
-        wait_until(Duration::from_secs(60), || docker_lines(&[
-            "ps",
-            "-q",
-            "--filter",
-            &label,
-            "--filter",
-            "label=golem.role=worker"
-        ])
-        .len()
-            == 1),
+        wait_until(Duration::from_secs(60), || g.running_workers() == 1),
         "worker never started"
     );
     child.kill().expect("SIGKILL the orchestrator");
