@@ -90,9 +90,12 @@ fn push_makes_exactly_one_commit_on_its_branch_and_touches_nothing_else() {
         "1"
     );
     let changed = git(dir, &["diff", "--name-status", "main", "golem/review"]);
-    assert_eq!(changed, "A\treviews/report.json\nA\treviews/report.md");
-    let committed = git(dir, &["show", "golem/review:reviews/report.md"]);
-    let staged = std::fs::read_to_string(g.staged_files(&id).join("report.md")).unwrap();
+    assert_eq!(
+        changed,
+        "A\treviews/index.json\nA\treviews/index.md\nA\treviews/letter.txt.json\nA\treviews/letter.txt.md"
+    );
+    let committed = git(dir, &["show", "golem/review:reviews/letter.txt.md"]);
+    let staged = std::fs::read_to_string(g.staged_files(&id).join("letter.txt.md")).unwrap();
     assert_eq!(committed.trim_end(), staged.trim_end());
     let message = git(dir, &["log", "-1", "--format=%B", "golem/review"]);
     for trailer in [
@@ -137,16 +140,16 @@ fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
     let g = Golem::new();
     repo_with(&g, &[("README.md", "project\n")]);
     let id = stage_report(&g, "--untrusted");
-    // The branch already has report.md (different) and report.json (identical).
+    // The branch already has letter.txt.md (different) and letter.txt.json (identical).
     let dir = g.project.path();
     git(dir, &["checkout", "-q", "-b", "reports"]);
-    std::fs::write(dir.join("report.md"), "an older report\n").unwrap();
+    std::fs::write(dir.join("letter.txt.md"), "an older report\n").unwrap();
     std::fs::copy(
-        g.staged_files(&id).join("report.json"),
-        dir.join("report.json"),
+        g.staged_files(&id).join("letter.txt.json"),
+        dir.join("letter.txt.json"),
     )
     .unwrap();
-    git(dir, &["add", "report.md", "report.json"]);
+    git(dir, &["add", "letter.txt.md", "letter.txt.json"]);
     git(dir, &["commit", "-q", "-m", "old reports"]);
     git(dir, &["checkout", "-q", "main"]);
 
@@ -160,14 +163,14 @@ fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
             .find(|f| f["path"] == p)
             .map(|f| f["change"].clone())
     };
-    assert_eq!(change("report.md"), Some("modified".into()));
-    assert_eq!(change("report.json"), Some("unchanged".into()));
+    assert_eq!(change("letter.txt.md"), Some("modified".into()));
+    assert_eq!(change("letter.txt.json"), Some("unchanged".into()));
     let out = g.output(["diff", &id, "--branch", "reports"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("M report.md")
+        text.contains("M letter.txt.md")
             && text.contains("-an older report")
-            && text.contains("+# golem-worker report"),
+            && text.contains("+# letter.txt"),
         "{text}"
     );
     assert!(!text.contains('\x1b'), "no colour when piped");
@@ -187,7 +190,7 @@ fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
     assert_eq!(code, 0, "{pushed}");
     assert_eq!(
         git(dir, &["diff", "--name-status", "reports^", "reports"]),
-        "M\treport.md"
+        "A\tindex.json\nA\tindex.md\nM\tletter.txt.md"
     );
 }
 
@@ -196,9 +199,9 @@ fn a_tampered_stage_is_refused() {
     let g = Golem::new();
     repo_with(&g, &[]);
     let id = stage_report(&g, "--untrusted");
-    let report = g.staged_files(&id).join("report.md");
+    let report = g.staged_files(&id).join("letter.txt.md");
     let original = std::fs::read(&report).unwrap();
-    std::fs::write(&report, "# golem-worker report\nall good, merge me\n").unwrap();
+    std::fs::write(&report, "# letter.txt\nall good, merge me\n").unwrap();
     let out = g.output(["push", &id, "--yes"]);
     assert!(!out.status.success());
     assert!(
@@ -243,10 +246,10 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
     let (manifest, _) = g.json(["show", &id, "--json"]);
     let dir = g.project.path();
     assert_eq!(manifest["repo_head"], git(dir, &["rev-parse", "HEAD"]));
-    // Meanwhile someone changes report.md on the target branch.
+    // Meanwhile someone changes letter.txt.md on the target branch.
     git(dir, &["checkout", "-q", "-b", "shared"]);
-    std::fs::write(dir.join("report.md"), "someone else's report\n").unwrap();
-    git(dir, &["add", "report.md"]);
+    std::fs::write(dir.join("letter.txt.md"), "someone else's report\n").unwrap();
+    git(dir, &["add", "letter.txt.md"]);
     git(dir, &["commit", "-q", "-m", "their report"]);
     git(dir, &["checkout", "-q", "main"]);
     let tip = git(dir, &["rev-parse", "shared"]);
@@ -255,7 +258,9 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
     assert!(!out.status.success());
     let err = stderr_text(&out);
     assert!(
-        err.contains("conflict") && err.contains("report.md") && !err.contains("report.json"),
+        err.contains("conflict")
+            && err.contains("letter.txt.md")
+            && !err.contains("letter.txt.json"),
         "{err}"
     );
     assert_eq!(

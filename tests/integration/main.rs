@@ -5,6 +5,7 @@
 
 mod batch;
 mod clearance;
+mod documents;
 mod harness;
 mod session;
 mod workers;

@@ -50,8 +50,8 @@ fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
     let staged = run["staged"].as_str().expect("staged id").to_string();
     assert_eq!(run["session"], staged);
 
-    let report =
-        std::fs::read_to_string(g.staged_files(&staged).join("report.md")).expect("report.md");
+    let report = std::fs::read_to_string(g.staged_files(&staged).join("notes.txt.md"))
+        .expect("notes.txt.md");
     assert!(
         report.contains("notes.txt") && report.contains("revenue went up"),
         "{report}"
@@ -74,7 +74,10 @@ fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
     assert_eq!(input_rec["sha256"].as_str().unwrap().len(), 64);
     let mut files = staged_paths(&manifest);
     files.sort();
-    assert_eq!(files, ["report.json", "report.md"]);
+    assert_eq!(
+        files,
+        ["index.json", "index.md", "notes.txt.json", "notes.txt.md"]
+    );
     assert!(
         manifest["files"][0]["sha256"].is_string()
             && manifest["rejected"].as_array().unwrap().is_empty()
@@ -623,11 +626,11 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
         .path()
         .join(".golem/staged")
         .join(&earlier_id)
-        .join("files/report.md");
+        .join("files/index.md");
     let before = std::fs::read(&earlier_report).unwrap();
 
     let targets = [
-        format!("/repo/.golem/staged/{earlier_id}/files/report.md"),
+        format!("/repo/.golem/staged/{earlier_id}/files/index.md"),
         "/repo/.golem/audit.jsonl".to_string(),
         "/repo/.git/hooks/post-checkout".to_string(),
         "/repo/.git/config".to_string(),

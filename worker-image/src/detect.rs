@@ -18,44 +18,55 @@ pub struct Decoded {
     pub encoding: &'static str,
 }
 
-/// The result of sniffing: the type, and for text types the decoded text.
+/// The result of sniffing: the type, and the content in the form its
+/// extractor needs.
 #[derive(Debug)]
 pub struct Sniffed {
     /// What the input is.
     pub doc_type: DocType,
     /// The decoded text, for every type but PDF, DOCX and binary.
     pub decoded: Option<Decoded>,
+    /// The raw bytes, for PDF and DOCX.
+    pub bytes: Option<Vec<u8>>,
     /// A short note on why a non-document was classed as binary
     /// (`zip archive`, `not text`).
     pub note: Option<&'static str>,
 }
 
 /// Sniffs `bytes` (the whole input, or its first part when `cut` is set).
-pub fn sniff(bytes: &[u8], cut: bool) -> Sniffed {
+/// Takes ownership so text can be decoded without a second copy of a large
+/// input.
+pub fn sniff(bytes: Vec<u8>, cut: bool) -> Sniffed {
     let head = &bytes[..bytes.len().min(1024)];
     if find(head, b"%PDF-").is_some() {
         return Sniffed {
             doc_type: DocType::Pdf,
             decoded: None,
+            bytes: Some(bytes),
             note: None,
         };
     }
     if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
-        let doc_type = if is_docx(bytes) {
-            DocType::Docx
-        } else {
-            DocType::Binary
-        };
+        if is_docx(&bytes) {
+            return Sniffed {
+                doc_type: DocType::Docx,
+                decoded: None,
+                bytes: Some(bytes),
+                note: None,
+            };
+        }
         return Sniffed {
-            doc_type,
+            doc_type: DocType::Binary,
             decoded: None,
-            note: (doc_type == DocType::Binary).then_some("zip archive"),
+            bytes: None,
+            note: Some("zip archive"),
         };
     }
     let Some(decoded) = decode_text(bytes, cut) else {
         return Sniffed {
             doc_type: DocType::Binary,
             decoded: None,
+            bytes: None,
             note: Some("not text"),
         };
     };
@@ -63,6 +74,7 @@ pub fn sniff(bytes: &[u8], cut: bool) -> Sniffed {
     Sniffed {
         doc_type,
         decoded: Some(decoded),
+        bytes: None,
         note: None,
     }
 }
@@ -94,23 +106,25 @@ const CP1252_HIGH: [char; 32] = [
 /// text that is not UTF-8, Windows-1252. `None` means binary: NUL bytes, or
 /// many control characters. A multi-byte character cut at the end of a
 /// partial read (`cut`) does not make text binary.
-pub fn decode_text(bytes: &[u8], cut: bool) -> Option<Decoded> {
+pub fn decode_text(mut bytes: Vec<u8>, cut: bool) -> Option<Decoded> {
     if let Some(rest) = bytes.strip_prefix(b"\xff\xfe") {
         return decode_utf16(rest, false);
     }
     if let Some(rest) = bytes.strip_prefix(b"\xfe\xff") {
         return decode_utf16(rest, true);
     }
-    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    if bytes.starts_with(b"\xef\xbb\xbf") {
+        bytes.drain(..3);
+    }
     if bytes.contains(&0) {
         return None;
     }
-    let (text, encoding) = match std::str::from_utf8(bytes) {
-        Ok(s) => (s.to_string(), "utf-8"),
-        Err(e) if cut && e.error_len().is_none() => (
-            String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned(),
-            "utf-8",
-        ),
+    let (text, encoding) = match std::str::from_utf8(&bytes) {
+        Ok(_) => (String::from_utf8(bytes).ok()?, "utf-8"),
+        Err(e) if cut && e.error_len().is_none() => {
+            bytes.truncate(e.valid_up_to());
+            (String::from_utf8(bytes).ok()?, "utf-8")
+        }
         Err(_) => {
             let text: String = bytes
                 .iter()
@@ -166,7 +180,18 @@ fn too_many_controls(text: &str) -> bool {
 pub fn classify_text(text: &str, cut: bool) -> DocType {
     let trimmed = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n', '\x0c']);
     if looks_like_html(trimmed) {
-        DocType::Html
+        // A README that opens with `<p align="center">` is still Markdown
+        // (and Markdown's raw HTML is analysed as HTML anyway); only a full
+        // document (doctype, <html>, <head>, <body>) is always HTML.
+        let head = lower_prefix(trimmed, 4096);
+        let full = ["<!doctype html", "<html", "<head", "<body", "<?xml"]
+            .iter()
+            .any(|t| head.starts_with(t));
+        if !full && looks_like_markdown(text) {
+            DocType::Markdown
+        } else {
+            DocType::Html
+        }
     } else if looks_like_json(trimmed) {
         DocType::Json
     } else if looks_like_csv(text, cut) {
@@ -215,9 +240,7 @@ fn looks_like_html(trimmed: &str) -> bool {
         }
     }
     if head.starts_with("<?xml") || head.starts_with("<!--") {
-        return ["<html", "<body", "<head"]
-            .iter()
-            .any(|t| head.contains(t));
+        return ["<html", "<body", "<head"].iter().any(|t| head.contains(t));
     }
     false
 }
@@ -329,7 +352,8 @@ fn looks_like_markdown(text: &str) -> bool {
         if t.starts_with('|') && t.contains("---") {
             mark(6, 1, &mut score);
         }
-        let underline = !t.is_empty() && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'));
+        let underline =
+            !t.is_empty() && (t.chars().all(|c| c == '=') || t.chars().all(|c| c == '-'));
         if prev_text && underline && t.len() >= 3 {
             mark(7, 1, &mut score);
         }
@@ -343,16 +367,25 @@ mod tests {
     use super::*;
 
     fn kind(s: &str) -> DocType {
-        sniff(s.as_bytes(), false).doc_type
+        sniff(s.as_bytes().to_vec(), false).doc_type
     }
 
     #[test]
     fn magic_numbers_win_over_anything() {
-        assert_eq!(sniff(b"%PDF-1.7\n...", false).doc_type, DocType::Pdf);
-        assert_eq!(sniff(b"junk\n%PDF-1.4\n", false).doc_type, DocType::Pdf);
-        let s = sniff(b"PK\x03\x04garbage", false);
+        assert_eq!(
+            sniff(b"%PDF-1.7\n...".to_vec(), false).doc_type,
+            DocType::Pdf
+        );
+        assert_eq!(
+            sniff(b"junk\n%PDF-1.4\n".to_vec(), false).doc_type,
+            DocType::Pdf
+        );
+        let s = sniff(b"PK\x03\x04garbage".to_vec(), false);
         assert_eq!((s.doc_type, s.note), (DocType::Binary, Some("zip archive")));
-        assert_eq!(sniff(b"\x00\x01\x02\xff", false).doc_type, DocType::Binary);
+        assert_eq!(
+            sniff(b"\x00\x01\x02\xff".to_vec(), false).doc_type,
+            DocType::Binary
+        );
     }
 
     #[test]
@@ -361,6 +394,14 @@ mod tests {
         assert_eq!(kind("  <html lang=en>"), DocType::Html);
         assert_eq!(kind("<p>hi</p>"), DocType::Html);
         assert_eq!(kind("<pre>no</pre>"), DocType::Text);
+        assert_eq!(
+            kind("<p align=\"center\"><img src=\"logo.png\"></p>\n\n# Project\n\nSee [docs](https://x.test).\n"),
+            DocType::Markdown
+        );
+        assert_eq!(
+            kind("<html><body>\n# not markdown\n</body></html>"),
+            DocType::Html
+        );
         assert_eq!(kind("{\"a\": 1}"), DocType::Json);
         assert_eq!(kind("[1, 2]"), DocType::Json);
         assert_eq!(kind("[link](http://x) and more"), DocType::Markdown);
@@ -373,17 +414,17 @@ mod tests {
 
     #[test]
     fn encodings() {
-        let d = decode_text(b"caf\xe9 \x93quoted\x94", false).expect("text");
+        let d = decode_text(b"caf\xe9 \x93quoted\x94".to_vec(), false).expect("text");
         assert_eq!(d.text, "café “quoted”");
         assert_eq!(d.encoding, "windows-1252");
         let utf16: Vec<u8> = [0xff, 0xfe]
             .into_iter()
             .chain("hé".encode_utf16().flat_map(u16::to_le_bytes))
             .collect();
-        assert_eq!(decode_text(&utf16, false).expect("utf16").text, "hé");
+        assert_eq!(decode_text(utf16, false).expect("utf16").text, "hé");
         let mut cut = b"abc".to_vec();
         cut.extend_from_slice(&"é".as_bytes()[..1]);
-        assert_eq!(decode_text(&cut, true).expect("cut").text, "abc");
-        assert!(decode_text(b"\x01\x02\x03\x04abc", false).is_none());
+        assert_eq!(decode_text(cut, true).expect("cut").text, "abc");
+        assert!(decode_text(b"\x01\x02\x03\x04abc".to_vec(), false).is_none());
     }
 }

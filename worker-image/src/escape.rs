@@ -242,10 +242,7 @@ mod tests {
 
     #[test]
     fn multiline_keeps_newlines_only() {
-        assert_eq!(
-            escape_multiline("a\r\nb\rc\n\x07d\n"),
-            "a\nb\nc\n\\u{7}d\n"
-        );
+        assert_eq!(escape_multiline("a\r\nb\rc\n\x07d\n"), "a\nb\nc\n\\u{7}d\n");
     }
 
     #[test]

@@ -1,26 +1,47 @@
-//! The report that golem-worker writes inside the locked container.
+//! golem-worker: the document processor inside golem-orch's locked container.
 //!
-//! The worker reads the session's inputs (mounted read-only at `/input`) and
-//! writes `report.md` and `report.json` into `/output`, which the orchestrator
-//! downloads and validates afterwards. Everything the worker shows comes from
-//! untrusted files, so every string that ends up in the report is escaped:
-//! control characters cannot reach a reviewer's terminal and file contents
-//! cannot break out of their Markdown code blocks.
+//! It reads the session's inputs (mounted read-only at `/input`), detects
+//! each file's type from its content, extracts its text and structure, and
+//! writes reviewable text into `/output`, which the orchestrator downloads
+//! and validates afterwards:
 //!
-//! The walk never follows symbolic links and never reads a whole file into
-//! memory, so a hostile input tree cannot point the worker at files outside
-//! `/input` or exhaust its memory.
+//! - `report` mode: `<input>.md` and `<input>.json` per input (title,
+//!   metadata, outline, counts, links, summary, warnings, text excerpt);
+//! - `text` mode: `<input>.txt` per input;
+//! - both: `index.md` and `index.json` listing every input.
+//!
+//! Robust by design: each input is analysed in its own child process (see
+//! [`sandbox`]) with memory, CPU and time limits, so a malformed or hostile
+//! file yields an error entry for that input and never loses the others.
+//! Everything derived from an input is escaped before it is written (see
+//! [`escape`] and [`report::sanitize`]): control, bidi and invisible
+//! characters are made visible and Markdown is neutralised. Only text and
+//! JSON are written; input bytes are never copied through.
 
-use std::ffi::{OsStr, OsString};
-use std::fmt::{self, Write as _};
-use std::fs::{self, File, Metadata, OpenOptions};
+pub mod detect;
+pub mod escape;
+pub mod extract;
+pub mod model;
+pub mod outnames;
+pub mod report;
+pub mod sandbox;
+pub mod textstats;
+pub mod walk;
+pub mod warnings;
+
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
 
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+pub use escape::{escape_for_terminal, escape_path, fence_for, markdown_inline};
+pub use extract::Mode;
+
+use report::{IndexData, Record, Status};
+use sandbox::Limits;
 
 /// The worker's version, printed by `golem-worker version` and recorded in
 /// every report so a reviewer knows which worker produced it.
@@ -32,139 +53,70 @@ pub const DEFAULT_INPUT: &str = "/input";
 pub const DEFAULT_OUTPUT: &str = "/output";
 /// The optional task description the orchestrator may mount.
 pub const DEFAULT_TASK: &str = "/task/instructions.md";
+/// The binary the per-input children run: this very program, found through
+/// procfs so no path lookup (and no shell) is needed.
+pub const SELF_EXE: &str = "/proc/self/exe";
 
-/// Exit code: every input was reported and the report was written.
+/// Exit code: every input was processed and every file written.
 pub const EXIT_OK: i32 = 0;
-/// Exit code: the report was written but at least one input could not be read.
+/// Exit code: the output is complete, but at least one input failed (it has
+/// an error entry in the index and, where possible, an error report).
 pub const EXIT_INPUT_ERRORS: i32 = 1;
-/// Exit code: the report could not be written (for example the size-capped
+/// Exit code: some output could not be written (for example the size-capped
 /// output volume is full); the orchestrator must not trust `/output`.
 pub const EXIT_OUTPUT_FAILED: i32 = 2;
 /// Exit code: the command line could not be understood.
 pub const EXIT_USAGE: i32 = 64;
 
-/// How much of each file is examined to decide whether it is text and to show
-/// its first lines; also the most that is read of the task file.
-pub const SNIFF_LIMIT: usize = 64 * 1024;
-/// How many leading lines of a text file the report shows.
-pub const MAX_FIRST_LINES: usize = 10;
-/// The longest a shown line may be, in characters, before it is cut.
-pub const MAX_LINE_CHARS: usize = 200;
-/// Read buffer size: files are hashed in chunks of this size so memory use
-/// does not depend on the size of the input.
-const READ_BUF: usize = 64 * 1024;
-/// Appended to a shown line that was cut, so a reviewer knows it goes on.
-const CUT_MARK: char = '…';
+/// The most of the task file that is read.
+pub const TASK_LIMIT: usize = 64 * 1024;
+/// Bytes of output kept free for the index when budgeting reports.
+const INDEX_RESERVE: u64 = 64 * 1024;
+/// Index bytes reserved per input.
+const INDEX_RESERVE_PER_INPUT: u64 = 1024;
 
-/// Where `golem-worker report` reads from and writes to.
+/// Everything `report` and `text` need to run.
 #[derive(Debug, Clone)]
-pub struct ReportOptions {
-    /// Directory whose files are reported (the session's inputs).
+pub struct Options {
+    /// What to produce.
+    pub mode: Mode,
+    /// Directory whose files are processed (the session's inputs).
     pub input: PathBuf,
-    /// Directory that receives `report.md` and `report.json`.
+    /// Directory that receives the reports.
     pub output: PathBuf,
-    /// Optional task description whose first line heads the report.
+    /// Optional task description whose first line heads the index.
     pub task: PathBuf,
+    /// Limits for each input's child process.
+    pub limits: Limits,
+    /// Inputs processed at the same time (each in its own child).
+    pub jobs: usize,
+    /// Inputs processed at most; the rest are listed as errors.
+    pub max_inputs: usize,
+    /// Bytes the worker writes at most; past it, report texts are left out,
+    /// then reports are not written (the host rejects an oversized output
+    /// as a whole, which would lose everything).
+    pub max_output_bytes: u64,
+    /// The program run for each input (normally [`SELF_EXE`]).
+    pub exe: PathBuf,
 }
 
-impl Default for ReportOptions {
+impl Default for Options {
     fn default() -> Self {
         Self {
+            mode: Mode::Report,
             input: PathBuf::from(DEFAULT_INPUT),
             output: PathBuf::from(DEFAULT_OUTPUT),
             task: PathBuf::from(DEFAULT_TASK),
+            limits: Limits::default(),
+            jobs: 1,
+            max_inputs: 100,
+            max_output_bytes: 24 * 1024 * 1024,
+            exe: PathBuf::from(SELF_EXE),
         }
     }
 }
 
-/// What the content sniffing decided about a file, so the report only shows
-/// lines of files a reviewer can read as text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Valid UTF-8 without NUL bytes in the first [`SNIFF_LIMIT`] bytes.
-    Text,
-    /// Anything else.
-    Binary,
-}
-
-impl Kind {
-    /// The name used in both report formats.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Text => "text",
-            Kind::Binary => "binary",
-        }
-    }
-}
-
-/// One regular file of the input (or a file or directory that could not be
-/// read, with `error` set), as it appears in the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputEntry {
-    /// Path relative to the input directory, `/`-separated and escaped with
-    /// [`escape_path`] so it is safe to print.
-    pub path: String,
-    /// Size in bytes (as read when hashing, else as seen by `lstat`).
-    pub size: Option<u64>,
-    /// Lower-case hex SHA-256 of the contents.
-    pub sha256: Option<String>,
-    /// Sniffed kind of the contents.
-    pub kind: Option<Kind>,
-    /// Number of lines, for text files (a last line without `\n` counts).
-    pub lines: Option<u64>,
-    /// Up to [`MAX_FIRST_LINES`] escaped leading lines of a text file.
-    pub first_lines: Vec<String>,
-    /// Why the file could not be reported, if it could not.
-    pub error: Option<String>,
-}
-
-impl InputEntry {
-    fn failed(path: String, size: Option<u64>, error: String) -> Self {
-        Self {
-            path,
-            size,
-            sha256: None,
-            kind: None,
-            lines: None,
-            first_lines: Vec::new(),
-            error: Some(error),
-        }
-    }
-}
-
-/// Something in the input tree that was deliberately not read (a symbolic
-/// link or a special file), listed so a reviewer knows it was there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    /// Escaped relative path, as for [`InputEntry::path`].
-    pub path: String,
-    /// What it was and why it was skipped.
-    pub reason: String,
-}
-
-/// Everything the worker found, before it is rendered.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Escaped first line of the task file, if there is one.
-    pub task: Option<String>,
-    /// Why the task file exists but could not be read.
-    pub task_error: Option<String>,
-    /// Regular files (and unreadable entries) in deterministic walk order.
-    pub inputs: Vec<InputEntry>,
-    /// Symbolic links and special files that were not read.
-    pub skipped: Vec<Skipped>,
-}
-
-impl Report {
-    /// Number of inputs that could not be read; non-zero makes the worker
-    /// exit with [`EXIT_INPUT_ERRORS`].
-    pub fn errors(&self) -> usize {
-        self.inputs.iter().filter(|e| e.error.is_some()).count()
-    }
-}
-
-/// Writing a report file failed; the orchestrator is told through
-/// [`EXIT_OUTPUT_FAILED`] and this message on stderr.
+/// Writing an output file failed.
 #[derive(Debug)]
 pub struct OutputError {
     /// The file that could not be written.
@@ -173,8 +125,8 @@ pub struct OutputError {
     pub source: io::Error,
 }
 
-impl fmt::Display for OutputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl std::fmt::Display for OutputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "cannot write {}: {}", self.path.display(), self.source)
     }
 }
@@ -185,62 +137,11 @@ impl std::error::Error for OutputError {
     }
 }
 
-/// Runs the whole `report` subcommand: collects, writes both files and
-/// returns the process exit code, printing any failure to stderr.
-pub fn run_report(opts: &ReportOptions) -> i32 {
-    let report = collect(&opts.input, &opts.task);
-    if let Err(e) = write_outputs(&report, &opts.output) {
-        eprintln!("golem-worker: {e}");
-        eprintln!("golem-worker: the report is incomplete; do not trust the output directory");
-        return EXIT_OUTPUT_FAILED;
-    }
-    let errors = report.errors();
-    eprintln!(
-        "golem-worker: reported {} input(s), {} error(s), {} skipped, into {}",
-        report.inputs.len(),
-        errors,
-        report.skipped.len(),
-        opts.output.display()
-    );
-    if errors > 0 {
-        EXIT_INPUT_ERRORS
-    } else {
-        EXIT_OK
-    }
-}
-
-/// Walks `input` and reads the task file, never failing: problems become
-/// error entries so that the other inputs are still reported.
-pub fn collect(input: &Path, task: &Path) -> Report {
-    let mut report = Report::default();
-    let (task_line, task_error) = read_task(task);
-    report.task = task_line;
-    report.task_error = task_error;
-    walk(input, &mut report);
-    report
-}
-
-/// Writes `report.json` and `report.md` into `dir`.
-///
-/// Each file is created fresh (any old file or planted symlink of that name is
-/// removed first, and `O_EXCL` is used). When writing fails, what was written
-/// is removed again (best effort) so no truncated or half report is left.
-pub fn write_outputs(report: &Report, dir: &Path) -> Result<(), OutputError> {
-    let json_path = dir.join("report.json");
-    let json = serde_json::to_string_pretty(&report_json(report)).map_err(|e| OutputError {
-        path: json_path.clone(),
-        source: io::Error::other(e),
-    })?;
-    write_fresh(&json_path, format!("{json}\n").as_bytes())?;
-    let md = write_fresh(&dir.join("report.md"), render_markdown(report).as_bytes());
-    if md.is_err() {
-        // Leave no half of a report behind either.
-        let _ = fs::remove_file(&json_path);
-    }
-    md
-}
-
-fn write_fresh(path: &Path, data: &[u8]) -> Result<(), OutputError> {
+/// Creates `path` fresh with `data`: any old file or planted symlink of that
+/// name is removed first and `O_EXCL` is used, so nothing outside the output
+/// directory can be written through a link. On failure the partial file is
+/// removed (best effort): a half report is worse than none.
+pub fn write_fresh(path: &Path, data: &[u8]) -> Result<(), OutputError> {
     let fail = |source| OutputError {
         path: path.to_path_buf(),
         source,
@@ -259,9 +160,60 @@ fn write_fresh(path: &Path, data: &[u8]) -> Result<(), OutputError> {
     let written = file.write_all(data).and_then(|()| file.sync_all());
     if let Err(e) = written {
         drop(file);
-        // Best effort: a partial report is worse than none.
         let _ = fs::remove_file(path);
         return Err(fail(e));
+    }
+    Ok(())
+}
+
+/// Replaces `path` atomically: writes a sibling temporary file and renames
+/// it over `path`, so a reader (or a kill mid-write) never sees half of it.
+fn replace_atomically(path: &Path, data: &[u8]) -> Result<(), OutputError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    write_fresh(&tmp, data)?;
+    fs::rename(&tmp, path).map_err(|source| {
+        let _ = fs::remove_file(&tmp);
+        OutputError {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}
+
+/// Creates the directories of `stem` under `root`, one level at a time,
+/// refusing anything on the way that is not a real directory (a planted
+/// symlink is never followed).
+fn create_parents(root: &Path, stem: &str) -> Result<(), OutputError> {
+    let mut dir = root.to_path_buf();
+    let mut parts: Vec<&str> = stem.split('/').collect();
+    parts.pop();
+    for part in parts {
+        dir.push(part);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let meta = fs::symlink_metadata(&dir).map_err(|source| OutputError {
+                    path: dir.clone(),
+                    source,
+                })?;
+                if !meta.is_dir() {
+                    return Err(OutputError {
+                        path: dir.clone(),
+                        source: io::Error::other("exists and is not a directory"),
+                    });
+                }
+            }
+            Err(source) => {
+                return Err(OutputError {
+                    path: dir.clone(),
+                    source,
+                })
+            }
+        }
     }
     Ok(())
 }
@@ -273,735 +225,332 @@ fn read_task(path: &Path) -> (Option<String>, Option<String>) {
         Err(e) => return (None, Some(format!("cannot open task file: {e}"))),
     };
     let mut buf = Vec::new();
-    if let Err(e) = file.take(SNIFF_LIMIT as u64).read_to_end(&mut buf) {
+    if let Err(e) = file.take(TASK_LIMIT as u64).read_to_end(&mut buf) {
         return (None, Some(format!("cannot read task file: {e}")));
     }
     let text = String::from_utf8_lossy(&buf);
     let first = text.split('\n').next().unwrap_or_default();
     let first = first.strip_suffix('\r').unwrap_or(first);
-    (Some(display_line(first, false)), None)
+    (Some(report::task_line(first)), None)
 }
 
-/// Depth-first walk with an explicit stack (a deeply nested hostile tree
-/// cannot overflow the worker's stack), children sorted by raw name bytes so
-/// the report is deterministic.
-fn walk(root: &Path, report: &mut Report) {
-    // (absolute path, relative path) still to visit, in reverse order.
-    let mut stack: Vec<(PathBuf, PathBuf)> = Vec::new();
-    match sorted_children(root) {
-        Ok(children) => push_children(&mut stack, root, Path::new(""), children),
-        Err(e) => {
-            report.inputs.push(InputEntry::failed(
-                ".".to_string(),
-                None,
-                format!("cannot list input directory {}: {e}", root.display()),
-            ));
-            return;
-        }
+/// The file suffixes one input's outputs get in `mode`.
+fn suffixes(mode: Mode) -> &'static [&'static str] {
+    match mode {
+        Mode::Report => &[".md", ".json"],
+        Mode::Text => &[".txt"],
     }
-    while let Some((abs, rel)) = stack.pop() {
-        let shown = escape_path(rel.as_os_str());
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(m) => m,
+}
+
+/// Shared state of a run.
+struct Run<'a> {
+    opts: &'a Options,
+    task: Option<String>,
+    task_error: Option<String>,
+    records: Vec<Record>,
+    skipped: Vec<walk::Skipped>,
+    written: u64,
+    output_failed: bool,
+}
+
+impl Run<'_> {
+    fn write_index(&mut self, complete: bool) {
+        let data = IndexData {
+            mode: self.opts.mode,
+            task: self.task.as_deref(),
+            task_error: self.task_error.as_deref(),
+            records: &self.records,
+            skipped: &self.skipped,
+            complete,
+        };
+        let json = match serde_json::to_string_pretty(&report::index_json(&data)) {
+            Ok(j) => j + "\n",
             Err(e) => {
-                report
-                    .inputs
-                    .push(InputEntry::failed(shown, None, format!("cannot stat: {e}")));
-                continue;
+                eprintln!("golem-worker: cannot render index.json: {e}");
+                self.output_failed = true;
+                return;
             }
         };
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            match sorted_children(&abs) {
-                Ok(children) => push_children(&mut stack, &abs, &rel, children),
-                Err(e) => report.inputs.push(InputEntry::failed(
-                    format!("{shown}/"),
-                    None,
-                    format!("cannot list directory: {e}"),
-                )),
-            }
-        } else if ft.is_file() {
-            report.inputs.push(scan_entry(&abs, shown, &meta));
-        } else if ft.is_symlink() {
-            let reason = match fs::read_link(&abs) {
-                Ok(target) => format!(
-                    "symbolic link to {}, not followed",
-                    escape_path(target.as_os_str())
-                ),
-                Err(_) => "symbolic link, not followed".to_string(),
-            };
-            report.skipped.push(Skipped {
-                path: shown,
-                reason,
-            });
-        } else {
-            let what = if ft.is_fifo() {
-                "named pipe"
-            } else if ft.is_socket() {
-                "socket"
-            } else if ft.is_char_device() {
-                "character device"
-            } else if ft.is_block_device() {
-                "block device"
-            } else {
-                "special file"
-            };
-            report.skipped.push(Skipped {
-                path: shown,
-                reason: format!("{what}, not read"),
-            });
-        }
-    }
-}
-
-fn sorted_children(dir: &Path) -> io::Result<Vec<OsString>> {
-    let mut names = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        names.push(entry?.file_name());
-    }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    Ok(names)
-}
-
-fn push_children(
-    stack: &mut Vec<(PathBuf, PathBuf)>,
-    abs: &Path,
-    rel: &Path,
-    children: Vec<OsString>,
-) {
-    for name in children.into_iter().rev() {
-        stack.push((abs.join(&name), rel.join(&name)));
-    }
-}
-
-/// What one streaming pass over a file learned.
-struct Scan {
-    size: u64,
-    sha256: String,
-    head: Vec<u8>,
-    newlines: u64,
-    last_byte: Option<u8>,
-}
-
-fn scan_entry(abs: &Path, shown: String, lmeta: &Metadata) -> InputEntry {
-    let scan = match scan_file(abs, lmeta) {
-        Ok(s) => s,
-        Err(e) => return InputEntry::failed(shown, Some(lmeta.len()), format!("cannot read: {e}")),
-    };
-    let complete = scan.size == scan.head.len() as u64;
-    let kind = sniff(&scan.head, complete);
-    let (lines, first_lines) = match kind {
-        Kind::Text => {
-            let unterminated = u64::from(scan.last_byte.is_some_and(|b| b != b'\n'));
-            (
-                Some(scan.newlines + unterminated),
-                first_lines(&scan.head, complete),
-            )
-        }
-        Kind::Binary => (None, Vec::new()),
-    };
-    InputEntry {
-        path: shown,
-        size: Some(scan.size),
-        sha256: Some(scan.sha256),
-        kind: Some(kind),
-        lines,
-        first_lines,
-        error: None,
-    }
-}
-
-/// Hashes the file in [`READ_BUF`] chunks, keeping only its first
-/// [`SNIFF_LIMIT`] bytes. The opened file must be the regular file that was
-/// `lstat`ed (same device and inode), so a file swapped for a symlink or a
-/// pipe between the two calls is refused rather than followed.
-fn scan_file(path: &Path, lmeta: &Metadata) -> io::Result<Scan> {
-    let mut file = File::open(path)?;
-    let fmeta = file.metadata()?;
-    if !fmeta.is_file() || fmeta.dev() != lmeta.dev() || fmeta.ino() != lmeta.ino() {
-        return Err(io::Error::other("file was replaced while being read"));
-    }
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; READ_BUF];
-    let mut head = Vec::new();
-    let mut size = 0u64;
-    let mut newlines = 0u64;
-    let mut last_byte = None;
-    loop {
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let chunk = &buf[..n];
-        hasher.update(chunk);
-        if head.len() < SNIFF_LIMIT {
-            let take = (SNIFF_LIMIT - head.len()).min(n);
-            head.extend_from_slice(&chunk[..take]);
-        }
-        newlines += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
-        size += n as u64;
-        last_byte = chunk.last().copied();
-    }
-    Ok(Scan {
-        size,
-        sha256: hex::encode(hasher.finalize()),
-        head,
-        newlines,
-        last_byte,
-    })
-}
-
-/// Text means valid UTF-8 without NULs; a multi-byte character cut by the
-/// sniff limit does not make a longer file binary.
-fn sniff(head: &[u8], complete: bool) -> Kind {
-    if head.contains(&0) {
-        return Kind::Binary;
-    }
-    match std::str::from_utf8(head) {
-        Ok(_) => Kind::Text,
-        Err(e) if e.error_len().is_none() && !complete => Kind::Text,
-        Err(_) => Kind::Binary,
-    }
-}
-
-fn first_lines(head: &[u8], complete: bool) -> Vec<String> {
-    let mut rest = match std::str::from_utf8(head) {
-        Ok(s) => s,
-        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),
-    };
-    let mut out = Vec::new();
-    while out.len() < MAX_FIRST_LINES && !rest.is_empty() {
-        let (line, ended, next) = match rest.find('\n') {
-            Some(i) => (&rest[..i], true, &rest[i + 1..]),
-            None => (rest, false, ""),
-        };
-        rest = next;
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        // A last line without its newline in an incomplete head goes on
-        // past the sniff limit: mark it as cut.
-        out.push(display_line(line, !ended && !complete));
-    }
-    out
-}
-
-/// Cuts a line to [`MAX_LINE_CHARS`] characters and escapes it; a cut line
-/// ends with `…`.
-fn display_line(line: &str, cut: bool) -> String {
-    let mut chars = line.chars();
-    let kept: String = chars.by_ref().take(MAX_LINE_CHARS).collect();
-    let mut out = escape_for_terminal(&kept);
-    if cut || chars.next().is_some() {
-        out.push(CUT_MARK);
-    }
-    out
-}
-
-/// Characters a terminal or a renderer could act on: C0/C1 controls (except
-/// tab), and the invisible Unicode format characters used to make text read
-/// differently from what it is (zero-width, bidirectional overrides, line and
-/// paragraph separators, BOM).
-fn needs_escape(c: char) -> bool {
-    (c.is_control() && c != '\t')
-        || matches!(
-            c,
-            '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
-        )
-}
-
-/// Replaces every character a terminal could act on with a visible
-/// `\u{..}` escape (for example ESC becomes `\u{1b}`), so printing the report
-/// in a terminal cannot run escape sequences from untrusted input.
-pub fn escape_for_terminal(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if needs_escape(c) {
-            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Makes a file name printable: bytes that are not UTF-8 become `\xNN` and
-/// control characters are escaped as in [`escape_for_terminal`].
-pub fn escape_path(name: &OsStr) -> String {
-    let mut out = String::new();
-    for chunk in name.as_bytes().utf8_chunks() {
-        out.push_str(&escape_for_terminal(chunk.valid()));
-        for b in chunk.invalid() {
-            let _ = write!(out, "\\x{b:02x}");
-        }
-    }
-    out
-}
-
-/// Backslash-escapes Markdown punctuation so untrusted text stays plain text
-/// in a table cell or heading (no links, images, HTML, emphasis, math or
-/// `|`; parentheses are harmless once `[` and `]` are escaped).
-pub fn markdown_inline(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(
-            c,
-            '\\' | '`'
-                | '*'
-                | '_'
-                | '{'
-                | '}'
-                | '['
-                | ']'
-                | '<'
-                | '>'
-                | '#'
-                | '+'
-                | '!'
-                | '|'
-                | '~'
-                | '&'
-                | '$'
-        ) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A backtick fence longer than any backtick run in `lines` (and at least
-/// three), so no line can close the code block early.
-pub fn fence_for<S: AsRef<str>>(lines: &[S]) -> String {
-    let mut longest = 0;
-    for line in lines {
-        let mut run = 0;
-        for c in line.as_ref().chars() {
-            if c == '`' {
-                run += 1;
-                longest = longest.max(run);
-            } else {
-                run = 0;
+        let md = report::index_markdown(&data);
+        for (name, bytes) in [("index.json", json.as_bytes()), ("index.md", md.as_bytes())] {
+            if let Err(e) = replace_atomically(&self.opts.output.join(name), bytes) {
+                eprintln!("golem-worker: {e}");
+                self.output_failed = true;
             }
         }
     }
-    "`".repeat((longest + 1).max(3))
-}
 
-fn plural(n: u64, one: &str, many: &str) -> String {
-    if n == 1 {
-        format!("{n} {one}")
-    } else {
-        format!("{n} {many}")
-    }
-}
-
-/// The human report: title, task, a table of inputs, what was skipped, and a
-/// section per input with its first lines in a safe code block.
-pub fn render_markdown(report: &Report) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "# golem-worker report\n");
-    if let Some(task) = &report.task {
-        let _ = writeln!(md, "Task: {}\n", markdown_inline(task));
-    }
-    if let Some(err) = &report.task_error {
-        let _ = writeln!(md, "Task: (unreadable: {})\n", markdown_inline(err));
-    }
-    let _ = writeln!(
-        md,
-        "golem-worker {VERSION}: {}, {}, {} skipped.\n",
-        plural(report.inputs.len() as u64, "input", "inputs"),
-        plural(report.errors() as u64, "error", "errors"),
-        report.skipped.len()
-    );
-
-    let _ = writeln!(md, "## Inputs\n");
-    if report.inputs.is_empty() {
-        let _ = writeln!(md, "No input files.\n");
-    } else {
-        let _ = writeln!(md, "| Name | Size | SHA-256 | Kind |");
-        let _ = writeln!(md, "| --- | ---: | --- | --- |");
-        for e in &report.inputs {
-            let size = e.size.map_or_else(|| "?".to_string(), |s| s.to_string());
-            let sha = e
-                .sha256
-                .as_ref()
-                .map_or_else(|| "-".to_string(), |s| format!("`{s}`"));
-            let kind = match (e.kind, &e.error) {
-                (_, Some(_)) => "**error**",
-                (Some(k), None) => k.as_str(),
-                (None, None) => "?",
-            };
-            let _ = writeln!(
-                md,
-                "| {} | {size} | {sha} | {kind} |",
-                markdown_inline(&e.path)
-            );
-        }
-        md.push('\n');
+    fn budget_left(&self) -> u64 {
+        let reserve = INDEX_RESERVE + INDEX_RESERVE_PER_INPUT * self.records.len() as u64;
+        self.opts
+            .max_output_bytes
+            .saturating_sub(reserve)
+            .saturating_sub(self.written)
     }
 
-    if !report.skipped.is_empty() {
-        let _ = writeln!(md, "## Skipped\n");
-        for s in &report.skipped {
-            let _ = writeln!(
-                md,
-                "- {}: {}",
-                markdown_inline(&s.path),
-                markdown_inline(&s.reason)
-            );
-        }
-        md.push('\n');
-    }
-
-    for e in &report.inputs {
-        let _ = writeln!(md, "## {}\n", markdown_inline(&e.path));
-        if let Some(err) = &e.error {
-            let _ = writeln!(md, "**Error:** {}\n", markdown_inline(err));
-            continue;
-        }
-        let size = e.size.unwrap_or(0);
-        match e.kind {
-            Some(Kind::Text) => {
-                let lines = e.lines.unwrap_or(0);
-                let _ = writeln!(
-                    md,
-                    "{}, text, {}.\n",
-                    plural(size, "byte", "bytes"),
-                    plural(lines, "line", "lines")
-                );
-                if e.first_lines.is_empty() {
-                    let _ = writeln!(md, "(empty)\n");
-                } else {
-                    let shown = e.first_lines.len();
-                    let _ = writeln!(md, "First {}:\n", plural(shown as u64, "line", "lines"));
-                    let fence = fence_for(&e.first_lines);
-                    let _ = writeln!(md, "{fence}text");
-                    for line in &e.first_lines {
-                        let _ = writeln!(md, "{line}");
+    /// Writes one input's report files, leaving the text out (and then the
+    /// whole report) when the output budget would be exceeded.
+    fn write_reports(&mut self, i: usize) {
+        let mode = self.opts.mode;
+        let Some(stem) = self.records[i].stem.clone() else {
+            return;
+        };
+        let render = |r: &Record, with_text: bool| -> Vec<(String, Vec<u8>)> {
+            match mode {
+                Mode::Report => {
+                    let json =
+                        serde_json::to_string_pretty(&report::input_json(r, mode, with_text))
+                            .unwrap_or_else(|_| "{}".to_string());
+                    vec![
+                        (
+                            format!("{stem}.md"),
+                            report::input_markdown(r, with_text).into_bytes(),
+                        ),
+                        (format!("{stem}.json"), (json + "\n").into_bytes()),
+                    ]
+                }
+                Mode::Text => {
+                    let keep = r.analysis.as_ref().is_some_and(|a| {
+                        a.doc_type != model::DocType::Binary
+                            && (r.status == Status::Ok || !a.text.is_empty())
+                    });
+                    if keep && with_text {
+                        vec![(format!("{stem}.txt"), report::text_file(r).into_bytes())]
+                    } else {
+                        Vec::new()
                     }
-                    let _ = writeln!(md, "{fence}\n");
                 }
             }
-            Some(Kind::Binary) | None => {
-                let _ = writeln!(
-                    md,
-                    "{}, binary; contents not shown.\n",
-                    plural(size, "byte", "bytes")
+        };
+        let size =
+            |files: &[(String, Vec<u8>)]| files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+        let mut files = render(&self.records[i], true);
+        if size(&files) > self.budget_left() {
+            self.records[i].text_omitted = Some(format!(
+                "output budget of {} bytes (--max-output-bytes) reached",
+                self.opts.max_output_bytes
+            ));
+            files = render(&self.records[i], false);
+            if size(&files) > self.budget_left() || mode == Mode::Text {
+                let msg = format!(
+                    "report not written: the output budget of {} bytes (--max-output-bytes) is used up",
+                    self.opts.max_output_bytes
                 );
+                self.records[i].fail(&msg);
+                return;
             }
         }
+        if files.is_empty() {
+            return;
+        }
+        if let Err(e) = create_parents(&self.opts.output, &stem) {
+            eprintln!("golem-worker: {e}");
+            self.records[i].fail(&format!("report not written: {e}"));
+            self.output_failed = true;
+            return;
+        }
+        let mut written = Vec::new();
+        for (name, bytes) in &files {
+            if let Err(e) = write_fresh(&self.opts.output.join(name), bytes) {
+                eprintln!("golem-worker: {e}");
+                for w in &written {
+                    let _ = fs::remove_file(self.opts.output.join(w));
+                }
+                self.records[i].files.clear();
+                self.records[i].fail(&format!("report not written: {}", e.source));
+                self.output_failed = true;
+                return;
+            }
+            self.written += bytes.len() as u64;
+            written.push(name.clone());
+        }
+        self.records[i].files = written;
     }
-    md
 }
 
-/// The structured report, same data as the Markdown one:
-/// `{"inputs":[{"path","size","sha256","kind","lines","first_lines","error"}],
-/// "errors": n, "skipped": [{"path","reason"}], "task", "task_error",
-/// "version"}`.
-pub fn report_json(report: &Report) -> Value {
-    let inputs: Vec<Value> = report
-        .inputs
-        .iter()
-        .map(|e| {
-            json!({
-                "path": e.path,
-                "size": e.size,
-                "sha256": e.sha256,
-                "kind": e.kind.map(Kind::as_str),
-                "lines": e.lines,
-                "first_lines": e.first_lines,
-                "error": e.error,
-            })
-        })
-        .collect();
-    let skipped: Vec<Value> = report
-        .skipped
-        .iter()
-        .map(|s| json!({"path": s.path, "reason": s.reason}))
-        .collect();
-    json!({
-        "version": VERSION,
-        "task": report.task,
-        "task_error": report.task_error,
-        "inputs": inputs,
-        "skipped": skipped,
-        "errors": report.errors(),
-    })
+/// The broad kind a file name's extension claims, and the kind a detected
+/// type is; `None` for extensions that claim nothing in particular.
+fn claimed_kind(rel: &Path) -> Option<(&'static str, String)> {
+    let ext = rel.extension()?.to_str()?.to_ascii_lowercase();
+    let kind = match ext.as_str() {
+        "pdf" => "pdf",
+        "docx" | "docm" | "dotx" => "docx",
+        "html" | "htm" | "xhtml" => "html",
+        "txt" | "md" | "markdown" | "csv" | "tsv" | "json" | "text" | "log" => "text",
+        _ => return None,
+    };
+    Some((kind, ext))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-
-    fn sha256_hex(data: &[u8]) -> String {
-        hex::encode(Sha256::digest(data))
+fn content_kind(t: model::DocType) -> &'static str {
+    use model::DocType as D;
+    match t {
+        D::Pdf => "pdf",
+        D::Docx => "docx",
+        D::Html => "html",
+        D::Markdown | D::Text | D::Json | D::Csv => "text",
+        D::Binary => "binary",
+        D::Unknown => "unknown",
     }
+}
 
-    fn write(dir: &Path, rel: &str, data: &[u8]) {
-        let path = dir.join(rel);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).expect("create parent");
+/// Warns when the name claims a different kind of file than the content is
+/// (a "PDF" that is an executable, "notes.txt" that is HTML): the content
+/// decided how it was analysed, but a reviewer should know about the
+/// disguise.
+fn check_name(rel: &Path, a: &mut model::Analysis) {
+    let Some((claimed, ext)) = claimed_kind(rel) else {
+        return;
+    };
+    let actual = content_kind(a.doc_type);
+    if claimed != actual && a.doc_type != model::DocType::Unknown {
+        a.warnings.push(model::Warning::new(
+            model::WarningKind::TypeMismatch,
+            model::Severity::Medium,
+            format!(
+                "the name ends in .{} but the content is {}",
+                escape::display_chars(&ext, 10, false),
+                a.doc_type.as_str(),
+            ),
+        ));
+        a.warnings_total += 1;
+    }
+}
+
+/// Processes one input: hash it, analyse it in a child, and fill in its
+/// record (the report files are written by the caller).
+fn process(found: &walk::Found, opts: &Options, record: &mut Record) {
+    let opened = match walk::open_and_hash(found) {
+        Ok(o) => o,
+        Err(e) => {
+            record.size = Some(found.meta.len());
+            record.fail(&format!("cannot read: {e}"));
+            return;
         }
-        fs::write(path, data).expect("write input");
-    }
-
-    /// Runs the report on `input` into a fresh output dir and returns the
-    /// exit code, the parsed JSON and the Markdown.
-    fn run(input: &Path) -> (i32, Value, String) {
-        let out = tempfile::tempdir().expect("output tempdir");
-        let opts = ReportOptions {
-            input: input.to_path_buf(),
-            output: out.path().to_path_buf(),
-            task: input.join("no-such-task-file"),
-        };
-        let code = run_report(&opts);
-        let json = fs::read_to_string(out.path().join("report.json")).expect("report.json");
-        let md = fs::read_to_string(out.path().join("report.md")).expect("report.md");
-        (code, serde_json::from_str(&json).expect("valid json"), md)
-    }
-
-    fn entry<'a>(json: &'a Value, path: &str) -> &'a Value {
-        json["inputs"]
-            .as_array()
-            .expect("inputs array")
-            .iter()
-            .find(|e| e["path"] == path)
-            .unwrap_or_else(|| panic!("no entry {path} in {json}"))
-    }
-
-    #[test]
-    fn size_and_sha256_are_correct_and_streamed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // Larger than one read buffer and not a multiple of it.
-        let big: Vec<u8> = (0..(READ_BUF * 3 + 17))
-            .map(|i| b'a' + (i % 26) as u8)
-            .collect();
-        write(dir.path(), "big.txt", &big);
-        write(dir.path(), "hello.txt", b"hello\nworld\n");
-        write(dir.path(), "empty", b"");
-        let (code, json, md) = run(dir.path());
-        assert_eq!(code, EXIT_OK);
-        assert_eq!(json["errors"], 0);
-        let e = entry(&json, "hello.txt");
-        assert_eq!(e["size"], 12);
-        assert_eq!(e["sha256"], sha256_hex(b"hello\nworld\n"));
-        assert_eq!(e["kind"], "text");
-        assert_eq!(e["lines"], 2);
-        assert_eq!(e["first_lines"], json!(["hello", "world"]));
-        assert_eq!(e["error"], Value::Null);
-        let e = entry(&json, "big.txt");
-        assert_eq!(e["size"], big.len());
-        assert_eq!(e["sha256"], sha256_hex(&big));
-        assert_eq!(e["lines"], 1);
-        let e = entry(&json, "empty");
-        assert_eq!(e["size"], 0);
-        assert_eq!(e["sha256"], sha256_hex(b""));
-        assert_eq!(e["kind"], "text");
-        assert_eq!(e["lines"], 0);
-        assert!(md.contains(&sha256_hex(b"hello\nworld\n")));
-        assert!(md.contains("| hello.txt | 12 |"));
-    }
-
-    #[test]
-    fn binary_is_detected() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        write(dir.path(), "nul.bin", b"abc\0def\n");
-        write(dir.path(), "latin1.txt", b"caf\xe9\n");
-        write(dir.path(), "utf8.txt", "café ☕\n".as_bytes());
-        let (code, json, md) = run(dir.path());
-        assert_eq!(code, EXIT_OK);
-        for p in ["nul.bin", "latin1.txt"] {
-            let e = entry(&json, p);
-            assert_eq!(e["kind"], "binary", "{p}");
-            assert_eq!(e["lines"], Value::Null);
-            assert_eq!(e["first_lines"], json!([]));
+    };
+    record.size = Some(opened.size);
+    record.sha256 = Some(opened.sha256);
+    match sandbox::run_child(&opts.exe, opened.file, opened.size, opts.mode, &opts.limits) {
+        Ok(a) => {
+            let mut a = report::sanitize(a, opts.mode);
+            check_name(&found.rel, &mut a);
+            match &a.error {
+                Some(e) => {
+                    let e = e.clone();
+                    record.fail(&e);
+                }
+                None => record.status = Status::Ok,
+            }
+            record.analysis = Some(a);
         }
-        assert_eq!(entry(&json, "utf8.txt")["kind"], "text");
-        assert!(md.contains("binary; contents not shown"));
-        assert!(!md.contains("abc"));
+        Err(msg) => record.fail(&msg),
     }
+}
 
-    #[test]
-    fn multibyte_char_cut_by_sniff_limit_is_still_text() {
-        let mut data = vec![b'x'; SNIFF_LIMIT - 1];
-        data.extend_from_slice("é tail\n".as_bytes());
-        assert_eq!(sniff(&data[..SNIFF_LIMIT], false), Kind::Text);
-        assert_eq!(sniff(&data[..SNIFF_LIMIT], true), Kind::Binary);
+/// Runs `report` or `text`: walks the input, processes every file in a
+/// child process, writes the per-input files and the index, and returns the
+/// exit code ([`EXIT_OK`], [`EXIT_INPUT_ERRORS`] or [`EXIT_OUTPUT_FAILED`]).
+/// The index is rewritten after every input, so a run stopped from outside
+/// still leaves an index of what was done.
+pub fn run(opts: &Options) -> i32 {
+    let started = Instant::now();
+    let (task, task_error) = read_task(&opts.task);
+    let walked = walk::walk(&opts.input);
+    let mut namer = outnames::Namer::new(&["index.md", "index.json"]);
+    let mut records = Vec::new();
+    for e in &walked.errors {
+        let mut r = Record::pending(e.path.clone(), None);
+        r.fail(&e.message);
+        records.push(r);
     }
-
-    #[test]
-    fn first_lines_are_limited_cut_and_escaped() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut content = String::new();
-        content.push_str("\x1b[31mred\x1b[0m\tTab\r\n");
-        content.push_str(&"y".repeat(MAX_LINE_CHARS + 50));
-        content.push('\n');
-        content.push_str("bell\x07 del\x7f c1\u{9b} rlo\u{202e}x\n");
-        for i in 0..20 {
-            let _ = writeln!(content, "line {i}");
+    let first_file = records.len();
+    for (n, f) in walked.files.iter().enumerate() {
+        let mut r = Record::pending(f.shown.clone(), None);
+        if n < opts.max_inputs {
+            r.stem = Some(namer.assign(&f.rel, n + 1, suffixes(opts.mode)));
+        } else {
+            r.size = Some(f.meta.len());
+            r.fail(&format!(
+                "not processed: more than {} inputs (--max-inputs)",
+                opts.max_inputs
+            ));
         }
-        write(dir.path(), "t.txt", content.as_bytes());
-        let (code, json, md) = run(dir.path());
-        assert_eq!(code, EXIT_OK);
-        let e = entry(&json, "t.txt");
-        assert_eq!(e["lines"], 23);
-        let lines = e["first_lines"].as_array().expect("array");
-        assert_eq!(lines.len(), MAX_FIRST_LINES);
-        assert_eq!(lines[0], "\\u{1b}[31mred\\u{1b}[0m\tTab");
-        assert_eq!(lines[1], format!("{}…", "y".repeat(MAX_LINE_CHARS)));
-        assert_eq!(lines[2], "bell\\u{7} del\\u{7f} c1\\u{9b} rlo\\u{202e}x");
-        assert_eq!(lines[9], "line 6");
-        assert!(!md.contains('\x1b'));
-        assert!(!md.contains('\x07'));
-        assert!(!md.contains('\u{202e}'));
-        assert!(md.contains("\\u{1b}[31mred"));
+        records.push(r);
+    }
+    let state = Mutex::new(Run {
+        opts,
+        task,
+        task_error,
+        records,
+        skipped: walked.skipped.clone(),
+        written: 0,
+        output_failed: false,
+    });
+    if let Ok(mut st) = state.lock() {
+        st.write_index(false);
+        if st.output_failed {
+            eprintln!("golem-worker: the output directory is not writable; giving up");
+            return EXIT_OUTPUT_FAILED;
+        }
     }
 
-    #[test]
-    fn fence_is_longer_than_backtick_runs() {
-        assert_eq!(fence_for(&["plain"]), "```");
-        assert_eq!(fence_for(&["a `b` c"]), "```");
-        assert_eq!(fence_for(&["```rust"]), "````");
-        assert_eq!(fence_for(&["x", "``````` y ``"]), "````````");
+    let todo: Vec<usize> = (0..walked.files.len().min(opts.max_inputs)).collect();
+    let next = AtomicUsize::new(0);
+    let jobs = opts.jobs.clamp(1, 8).min(todo.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&n) = todo.get(k) else { break };
+                let found = &walked.files[n];
+                let t0 = Instant::now();
+                let mut record = Record::pending(found.shown.clone(), None);
+                process(found, opts, &mut record);
+                let Ok(mut st) = state.lock() else { break };
+                let i = first_file + n;
+                record.stem = st.records[i].stem.take();
+                st.records[i] = record;
+                st.write_reports(i);
+                let r = &st.records[i];
+                eprintln!(
+                    "golem-worker: {}: {}, {}{} ({} ms)",
+                    r.path,
+                    r.analysis.as_ref().map_or("-", |a| a.doc_type.as_str()),
+                    r.status.as_str(),
+                    r.analysis
+                        .as_ref()
+                        .map(|a| format!(", {} warning(s)", a.warnings_total))
+                        .unwrap_or_default(),
+                    t0.elapsed().as_millis()
+                );
+                st.write_index(false);
+            });
+        }
+    });
 
-        let dir = tempfile::tempdir().expect("tempdir");
-        write(dir.path(), "evil.md", b"`````\n# not a heading\n`````\n");
-        let (_, _, md) = run(dir.path());
-        assert!(md.contains("\n``````text\n`````\n# not a heading\n`````\n``````\n"));
-    }
-
-    #[test]
-    fn symlinks_and_special_files_are_skipped_not_followed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let outside = tempfile::tempdir().expect("outside");
-        write(outside.path(), "secret.txt", b"TOP SECRET\n");
-        write(dir.path(), "real.txt", b"real\n");
-        symlink(
-            outside.path().join("secret.txt"),
-            dir.path().join("link.txt"),
-        )
-        .expect("symlink");
-        symlink(outside.path(), dir.path().join("linkdir")).expect("dir symlink");
-        symlink("/nonexistent", dir.path().join("dangling")).expect("dangling symlink");
-        let sock = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).expect("socket");
-        let (code, json, md) = run(dir.path());
-        drop(sock);
-        assert_eq!(code, EXIT_OK);
-        let inputs = json["inputs"].as_array().expect("inputs");
-        assert_eq!(inputs.len(), 1, "{json}");
-        assert_eq!(inputs[0]["path"], "real.txt");
-        let skipped: Vec<&str> = json["skipped"]
-            .as_array()
-            .expect("skipped")
-            .iter()
-            .filter_map(|s| s["path"].as_str())
-            .collect();
-        assert_eq!(skipped, ["dangling", "link.txt", "linkdir", "sock"]);
-        assert!(!md.contains("TOP SECRET"));
-        assert!(md.contains("## Skipped"));
-    }
-
-    #[test]
-    fn nested_directories_are_walked_in_sorted_order() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        write(dir.path(), "b.txt", b"b\n");
-        write(dir.path(), "a/z.txt", b"z\n");
-        write(dir.path(), "a/deep/er/x.txt", b"x\n");
-        write(dir.path(), "a.txt", b"a\n");
-        fs::create_dir(dir.path().join("emptydir")).expect("mkdir");
-        let (code, json, _) = run(dir.path());
-        assert_eq!(code, EXIT_OK);
-        let paths: Vec<&str> = json["inputs"]
-            .as_array()
-            .expect("inputs")
-            .iter()
-            .filter_map(|e| e["path"].as_str())
-            .collect();
-        assert_eq!(paths, ["a/deep/er/x.txt", "a/z.txt", "a.txt", "b.txt"]);
-    }
-
-    #[test]
-    fn hostile_file_names_are_escaped() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let name = OsStr::from_bytes(b"bad\xff|\x1b[2J\n[x](javascript:e)");
-        fs::write(dir.path().join(name), b"x\n").expect("write");
-        let (code, json, md) = run(dir.path());
-        assert_eq!(code, EXIT_OK);
-        let expected = "bad\\xff|\\u{1b}[2J\\u{a}[x](javascript:e)";
-        assert_eq!(json["inputs"][0]["path"], expected);
-        assert!(md.contains("| bad\\\\xff\\|\\\\u\\{1b\\}\\[2J"));
-        assert!(!md.contains("[x](javascript"));
-    }
-
-    #[test]
-    fn missing_input_dir_is_an_error_entry() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (code, json, md) = run(&dir.path().join("missing"));
-        assert_eq!(code, EXIT_INPUT_ERRORS);
-        assert_eq!(json["errors"], 1);
-        assert_eq!(json["inputs"][0]["path"], ".");
-        assert!(json["inputs"][0]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("cannot list input directory")));
-        assert!(md.contains("**Error:**"));
-    }
-
-    #[test]
-    fn task_first_line_is_reported() {
-        let input = tempfile::tempdir().expect("input");
-        let task = tempfile::tempdir().expect("task");
-        let out = tempfile::tempdir().expect("out");
-        let mut instructions = b"Summarise the *inputs*\x1b[1m\r\nsecond line\n".to_vec();
-        instructions.extend(std::iter::repeat_n(b'z', 200_000));
-        write(task.path(), "instructions.md", &instructions);
-        let opts = ReportOptions {
-            input: input.path().to_path_buf(),
-            output: out.path().to_path_buf(),
-            task: task.path().join("instructions.md"),
-        };
-        assert_eq!(run_report(&opts), EXIT_OK);
-        let md = fs::read_to_string(out.path().join("report.md")).expect("md");
-        assert!(md.contains("Task: Summarise the \\*inputs\\*\\\\u\\{1b\\}\\[1m\n"));
-        let json: Value = serde_json::from_str(
-            &fs::read_to_string(out.path().join("report.json")).expect("json"),
-        )
-        .expect("valid json");
-        assert_eq!(json["task"], "Summarise the *inputs*\\u{1b}[1m");
-        assert!(md.contains("No input files."));
-    }
-
-    #[test]
-    fn unwritable_output_is_exit_2() {
-        let input = tempfile::tempdir().expect("input");
-        write(input.path(), "a.txt", b"a\n");
-        let opts = ReportOptions {
-            input: input.path().to_path_buf(),
-            output: input.path().join("a.txt/not-a-dir"),
-            task: input.path().join("none"),
-        };
-        assert_eq!(run_report(&opts), EXIT_OUTPUT_FAILED);
-    }
-
-    #[test]
-    fn planted_symlink_in_output_is_replaced_not_followed() {
-        let input = tempfile::tempdir().expect("input");
-        let out = tempfile::tempdir().expect("out");
-        let victim = tempfile::tempdir().expect("victim");
-        write(victim.path(), "v", b"keep\n");
-        symlink(victim.path().join("v"), out.path().join("report.md")).expect("symlink");
-        let opts = ReportOptions {
-            input: input.path().to_path_buf(),
-            output: out.path().to_path_buf(),
-            task: input.path().join("none"),
-        };
-        assert_eq!(run_report(&opts), EXIT_OK);
-        assert_eq!(
-            fs::read(victim.path().join("v")).expect("victim"),
-            b"keep\n"
+    let Ok(mut st) = state.into_inner() else {
+        return EXIT_OUTPUT_FAILED;
+    };
+    st.write_index(true);
+    let errors = st.records.iter().filter(|r| r.status != Status::Ok).count();
+    eprintln!(
+        "golem-worker: {} {} input(s), {} error(s), {} skipped, {} bytes written into {} in {} ms",
+        opts.mode.as_str(),
+        st.records.len(),
+        errors,
+        st.skipped.len(),
+        st.written,
+        opts.output.display(),
+        started.elapsed().as_millis()
+    );
+    if st.output_failed {
+        eprintln!(
+            "golem-worker: some output could not be written; do not trust the output directory"
         );
-        let meta = fs::symlink_metadata(out.path().join("report.md")).expect("meta");
-        assert!(meta.file_type().is_file());
+        EXIT_OUTPUT_FAILED
+    } else if errors > 0 {
+        EXIT_INPUT_ERRORS
+    } else {
+        EXIT_OK
     }
 }

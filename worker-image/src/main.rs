@@ -6,74 +6,194 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use golem_worker::{run_report, ReportOptions, EXIT_USAGE, VERSION};
+use golem_worker::sandbox::{self, Limits, CHILD_COMMAND};
+use golem_worker::{run, Mode, Options, EXIT_USAGE, VERSION};
 
 const USAGE: &str = "\
-usage: golem-worker [report] [--input DIR] [--output DIR] [--task FILE]
+usage: golem-worker [report|text] [--input DIR] [--output DIR] [--task FILE]
+                    [--per-input-timeout DURATION] [--per-input-memory SIZE]
+                    [--jobs N] [--max-inputs N] [--max-output-bytes SIZE]
        golem-worker hold
        golem-worker version
        golem-worker --help
 
-report   (default) describe every regular file under --input (default /input):
-         size, sha256, kind, line count and first lines; writes report.md and
-         report.json into --output (default /output). Symbolic links and
-         special files are listed but never followed or read. The first line
-         of --task (default /task/instructions.md), if present, heads the report.
-         Exit 0: all inputs reported; 1: some input unreadable (still
-         reported); 2: the report could not be written; 64: bad usage.
+report   (default) for every regular file under --input (default /input),
+         detect its type from its content (pdf, html, markdown, text, json,
+         csv, docx, else binary), extract its text and structure, and write
+         <path>.md and <path>.json into --output (default /output): title,
+         metadata, outline, counts, links, summary, warnings (prompt
+         injection, hidden text, scripts, embedded files, external
+         resources) and a text excerpt. Also writes index.md and index.json.
+text     write <path>.txt with the extracted text of every input (at most
+         1 MiB each), plus index.md and index.json.
+         Symbolic links and special files are listed, never followed or read.
+         The first line of --task (default /task/instructions.md), if
+         present, heads the index.
 hold     block forever (keeps the output volume mounted; expects SIGKILL).
 version  print the version.
+
+Each input is analysed in its own child process:
+  --per-input-timeout DURATION  wall-clock limit per input (default 30s;
+                                CPU time is limited to two thirds of it)
+  --per-input-memory SIZE       address-space limit per input (default 256m)
+  --jobs N                      inputs analysed at once (default 1, at most 8)
+  --max-inputs N                inputs processed at most (default 100)
+  --max-output-bytes SIZE       bytes written at most (default 24m); past it
+                                report texts, then reports, are left out
+DURATION is a number with ms, s or m (default s); SIZE a number with k, m or
+g (binary units; default bytes).
+
+Exit 0: all inputs processed; 1: some input failed (it has an error entry);
+2: some output could not be written; 64: bad usage.
 ";
 
 /// What the command line asked for.
 enum Command {
-    Report(ReportOptions),
+    Run(Options),
+    Child(Mode, u64),
     Hold,
     Version,
     Help,
 }
 
+/// Parses `30`, `30s`, `500ms`, `2m`.
+fn parse_duration(s: &str) -> Option<Duration> {
+    let (num, unit) = split_unit(s);
+    let n: u64 = num.parse().ok()?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" | "min" => Duration::from_secs(n.checked_mul(60)?),
+        _ => return None,
+    };
+    (d >= Duration::from_millis(100) && d <= Duration::from_secs(3600)).then_some(d)
+}
+
+/// Parses `1048576`, `512k`, `256m`, `256MiB`, `1g`.
+fn parse_size(s: &str) -> Option<u64> {
+    let (num, unit) = split_unit(s);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn split_unit(s: &str) -> (&str, &str) {
+    let at = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    (&s[..at], &s[at..])
+}
+
+fn parse_run(mode: Mode, args: &mut impl Iterator<Item = OsString>) -> Result<Command, String> {
+    let mut opts = Options {
+        mode,
+        ..Options::default()
+    };
+    while let Some(flag) = args.next() {
+        let name = match flag.to_str() {
+            Some("--help" | "-h") => return Ok(Command::Help),
+            Some(f) => f.to_string(),
+            None => return Err(format!("unknown option {flag:?}")),
+        };
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{name:?} needs a value"))?;
+        let text = || {
+            value
+                .to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("{name} needs a plain value"))
+        };
+        let bad = |what: &str| format!("{name}: {what}, got {value:?}");
+        match name.as_str() {
+            "--input" => opts.input = PathBuf::from(&value),
+            "--output" => opts.output = PathBuf::from(&value),
+            "--task" => opts.task = PathBuf::from(&value),
+            "--per-input-timeout" => {
+                let d = parse_duration(&text()?)
+                    .ok_or_else(|| bad("expected a duration between 100ms and 1h"))?;
+                opts.limits.timeout = d;
+                opts.limits.cpu_seconds = Limits::cpu_for(d);
+            }
+            "--per-input-memory" => {
+                let m = parse_size(&text()?)
+                    .filter(|&m| (16 << 20..=64 << 30).contains(&m))
+                    .ok_or_else(|| bad("expected a size between 16m and 64g"))?;
+                opts.limits.memory = m;
+            }
+            "--jobs" => {
+                opts.jobs = text()?
+                    .parse()
+                    .ok()
+                    .filter(|j| (1..=8).contains(j))
+                    .ok_or_else(|| bad("expected 1 to 8"))?;
+            }
+            "--max-inputs" => {
+                opts.max_inputs = text()?
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n >= 1)
+                    .ok_or_else(|| bad("expected a positive number"))?;
+            }
+            "--max-output-bytes" => {
+                opts.max_output_bytes = parse_size(&text()?)
+                    .filter(|&n| n >= 64 << 10)
+                    .ok_or_else(|| bad("expected a size of at least 64k"))?;
+            }
+            _ => return Err(format!("unknown option {name:?}")),
+        }
+    }
+    Ok(Command::Run(opts))
+}
+
+fn parse_child(args: &mut impl Iterator<Item = OsString>) -> Result<Command, String> {
+    let mut mode = Mode::Report;
+    let mut size = 0;
+    while let Some(flag) = args.next() {
+        let value = args.next().and_then(|v| v.into_string().ok());
+        match (flag.to_str(), value) {
+            (Some("--mode"), Some(v)) => {
+                mode = Mode::parse(&v).ok_or_else(|| format!("bad mode {v:?}"))?;
+            }
+            (Some("--size"), Some(v)) => {
+                size = v.parse().map_err(|_| format!("bad size {v:?}"))?;
+            }
+            _ => return Err(format!("{CHILD_COMMAND}: bad argument {flag:?}")),
+        }
+    }
+    Ok(Command::Child(mode, size))
+}
+
 fn parse(args: Vec<OsString>) -> Result<Command, String> {
     let mut args = args.into_iter().peekable();
-    let sub = match args.peek().and_then(|a| a.to_str()) {
-        None => "report",
-        Some(a) if a.starts_with("--") && a != "--help" && a != "--version" => "report",
+    let first = args.peek().and_then(|a| a.to_str()).map(str::to_string);
+    match first.as_deref() {
+        None => parse_run(Mode::Report, &mut args),
+        Some(a) if a.starts_with("--") && a != "--help" && a != "--version" => {
+            parse_run(Mode::Report, &mut args)
+        }
         Some(_) => {
             let a = args.next().unwrap_or_default();
             match a.to_str() {
-                Some("report") => "report",
-                Some("hold") => "hold",
-                Some("version") => "version",
-                Some("--help" | "-h" | "help") => return Ok(Command::Help),
-                Some("--version" | "-V") => return Ok(Command::Version),
-                _ => return Err(format!("unknown command {a:?}")),
+                Some("report") => parse_run(Mode::Report, &mut args),
+                Some("text") => parse_run(Mode::Text, &mut args),
+                Some(CHILD_COMMAND) => parse_child(&mut args),
+                Some("--help" | "-h" | "help") => Ok(Command::Help),
+                Some("--version" | "-V") => Ok(Command::Version),
+                Some(other @ ("hold" | "version")) => match args.next() {
+                    Some(extra) => Err(format!("{other} takes no arguments, got {extra:?}")),
+                    None if other == "hold" => Ok(Command::Hold),
+                    None => Ok(Command::Version),
+                },
+                _ => Err(format!("unknown command {a:?}")),
             }
         }
-    };
-    match sub {
-        "report" => {
-            let mut opts = ReportOptions::default();
-            while let Some(flag) = args.next() {
-                let slot = match flag.to_str() {
-                    Some("--input") => &mut opts.input,
-                    Some("--output") => &mut opts.output,
-                    Some("--task") => &mut opts.task,
-                    Some("--help" | "-h") => return Ok(Command::Help),
-                    _ => return Err(format!("unknown option {flag:?}")),
-                };
-                match args.next() {
-                    Some(value) => *slot = PathBuf::from(value),
-                    None => return Err(format!("{flag:?} needs a value")),
-                }
-            }
-            Ok(Command::Report(opts))
-        }
-        other => match args.next() {
-            Some(extra) => Err(format!("{other} takes no arguments, got {extra:?}")),
-            None if other == "hold" => Ok(Command::Hold),
-            None => Ok(Command::Version),
-        },
     }
 }
 
@@ -88,7 +208,8 @@ fn hold() -> ! {
 
 fn main() -> ExitCode {
     let code = match parse(std::env::args_os().skip(1).collect()) {
-        Ok(Command::Report(opts)) => run_report(&opts),
+        Ok(Command::Run(opts)) => run(&opts),
+        Ok(Command::Child(mode, size)) => sandbox::child_main(mode, size),
         Ok(Command::Hold) => hold(),
         Ok(Command::Version) => {
             println!("golem-worker {VERSION}");
@@ -104,4 +225,21 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("30"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5ms"), None);
+        assert_eq!(parse_duration("x"), None);
+        assert_eq!(parse_size("256m"), Some(256 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("12q"), None);
+    }
 }

@@ -30,6 +30,8 @@ pub enum DocType {
     Docx,
     /// Anything else: only size and sha256 are reported.
     Binary,
+    /// The analysis failed before the type was known.
+    Unknown,
 }
 
 impl DocType {
@@ -44,6 +46,7 @@ impl DocType {
             DocType::Csv => "csv",
             DocType::Docx => "docx",
             DocType::Binary => "binary",
+            DocType::Unknown => "unknown",
         }
     }
 }
@@ -72,7 +75,7 @@ impl Severity {
 }
 
 /// What a warning is about; the reviewer's checklist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WarningKind {
     /// Text that reads like instructions to an AI.
@@ -89,6 +92,8 @@ pub enum WarningKind {
     Limit,
     /// A recoverable parse problem (the analysis may be incomplete).
     Parse,
+    /// The file name claims a different type than the content has.
+    TypeMismatch,
 }
 
 impl WarningKind {
@@ -102,6 +107,7 @@ impl WarningKind {
             WarningKind::ExternalResource => "external_resource",
             WarningKind::Limit => "limit",
             WarningKind::Parse => "parse",
+            WarningKind::TypeMismatch => "type_mismatch",
         }
     }
 }

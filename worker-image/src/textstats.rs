@@ -150,9 +150,9 @@ pub fn bare_urls(text: &str) -> Vec<String> {
                 let mut url = &text[i..end];
                 loop {
                     let trimmed = url.trim_end_matches(['.', ',', ';', ':', '!', '?', '*', '_']);
-                    let trimmed = if trimmed.ends_with(')') && !trimmed.contains('(') {
-                        &trimmed[..trimmed.len() - 1]
-                    } else if trimmed.ends_with(']') && !trimmed.contains('[') {
+                    let unbalanced = (trimmed.ends_with(')') && !trimmed.contains('('))
+                        || (trimmed.ends_with(']') && !trimmed.contains('['));
+                    let trimmed = if unbalanced {
                         &trimmed[..trimmed.len() - 1]
                     } else {
                         trimmed
@@ -272,7 +272,10 @@ pub fn summarize(text: &str, max: usize) -> Vec<String> {
         if words.len() < 4 {
             continue;
         }
-        let content: Vec<&String> = words.iter().filter(|w| !stop.contains(w.as_str())).collect();
+        let content: Vec<&String> = words
+            .iter()
+            .filter(|w| !stop.contains(w.as_str()))
+            .collect();
         let sum: u32 = content
             .iter()
             .map(|w| freq.get(w.as_str()).copied().unwrap_or(0))

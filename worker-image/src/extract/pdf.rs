@@ -1,0 +1,508 @@
+//! PDF with lopdf: Info dictionary, page count, outline (bookmarks), text
+//! per page, link annotations, and the active or hidden content a reviewer
+//! must know about (JavaScript, OpenAction, additional actions, Launch,
+//! embedded files, text rendering mode 3).
+//!
+//! lopdf parses object streams and decodes `#xx` escapes in names, so the
+//! warnings come from a walk over every parsed object rather than from a
+//! byte search that compression or escaping would defeat. Only when the file
+//! cannot be parsed at all does a raw scan of the bytes report what names it
+//! contains.
+
+use std::collections::HashSet;
+
+use lopdf::content::Content;
+use lopdf::{decode_text_string, Dictionary, Document, Object, ObjectId};
+
+use super::{cap_chars, Extracted};
+use crate::model::{Severity, WarningKind};
+use crate::warnings::Tally;
+
+/// Pages whose text is extracted; the page count covers all of them.
+pub const MAX_PAGES: usize = 2000;
+/// Objects visited by the warning walk.
+const MAX_VISITS: usize = 2_000_000;
+/// Outline items visited.
+const MAX_OUTLINE_VISITS: usize = 10_000;
+
+const INFO_KEYS: &[(&[u8], &str)] = &[
+    (b"Author", "author"),
+    (b"Subject", "subject"),
+    (b"Keywords", "keywords"),
+    (b"Creator", "creator"),
+    (b"Producer", "producer"),
+    (b"CreationDate", "created"),
+    (b"ModDate", "modified"),
+];
+
+fn deref<'a>(doc: &'a Document, obj: &'a Object) -> Option<&'a Object> {
+    doc.dereference(obj).ok().map(|(_, o)| o)
+}
+
+fn dict_of<'a>(doc: &'a Document, obj: &'a Object) -> Option<&'a Dictionary> {
+    match deref(doc, obj)? {
+        Object::Dictionary(d) => Some(d),
+        Object::Stream(s) => Some(&s.dict),
+        _ => None,
+    }
+}
+
+fn text_of(doc: &Document, obj: &Object) -> Option<String> {
+    let obj = deref(doc, obj)?;
+    match decode_text_string(obj) {
+        Ok(s) => Some(s),
+        Err(_) => obj
+            .as_str()
+            .ok()
+            .map(|b| String::from_utf8_lossy(b).into_owned()),
+    }
+}
+
+fn name_of<'a>(doc: &'a Document, obj: &'a Object) -> Option<&'a [u8]> {
+    deref(doc, obj)?.as_name().ok()
+}
+
+/// Extracts a PDF document.
+pub fn extract(bytes: &[u8]) -> Extracted {
+    let mut ex = Extracted::default();
+    let doc = match Document::load_mem(bytes) {
+        Ok(doc) => doc,
+        Err(e) => {
+            raw_scan(bytes, &mut ex);
+            ex.error = Some(format!("cannot parse PDF: {e}"));
+            return ex;
+        }
+    };
+    ex.details
+        .insert("pdf_version".into(), cap_chars(&doc.version, 20).into());
+    if doc.was_encrypted() || doc.is_encrypted() {
+        ex.details.insert("encrypted".into(), true.into());
+    }
+    if doc.is_encrypted() {
+        ex.warn(
+            WarningKind::Parse,
+            Severity::Medium,
+            "encrypted with a password; text and structure could not be read",
+        );
+    }
+    info(&doc, &mut ex);
+    outline(&doc, &mut ex);
+    let mut tally = Tally::default();
+    let pages = doc.get_pages();
+    ex.pages = Some(pages.len() as u64);
+    let mut failed_pages = Vec::new();
+    let mut invisible_pages = Vec::new();
+    for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
+        match doc.extract_text(&[number]) {
+            Ok(text) => {
+                ex.text.push_str(text.trim_end());
+                ex.text.push_str("\n\n");
+            }
+            Err(e) => failed_pages.push(format!("{number} ({e})")),
+        }
+        if uses_invisible_text(&doc, page_id) {
+            invisible_pages.push(number.to_string());
+        }
+        annotations(&doc, page_id, &mut ex, &mut tally);
+    }
+    if pages.len() > MAX_PAGES {
+        ex.warn(
+            WarningKind::Limit,
+            Severity::Low,
+            format!(
+                "{} pages; text taken from the first {MAX_PAGES}",
+                pages.len()
+            ),
+        );
+    }
+    if !failed_pages.is_empty() {
+        let shown: Vec<String> = failed_pages
+            .iter()
+            .take(5)
+            .map(|p| cap_chars(p, 120))
+            .collect();
+        ex.warn(
+            WarningKind::Parse,
+            Severity::Low,
+            format!(
+                "text could not be extracted from {} page(s): {}",
+                failed_pages.len(),
+                shown.join("; ")
+            ),
+        );
+    }
+    if !invisible_pages.is_empty() {
+        let shown: Vec<&str> = invisible_pages
+            .iter()
+            .take(20)
+            .map(String::as_str)
+            .collect();
+        ex.warn(
+            WarningKind::HiddenText,
+            Severity::Medium,
+            format!(
+                "text drawn invisibly (rendering mode 3) on page(s) {}; it is included in the extracted text",
+                shown.join(", ")
+            ),
+        );
+    }
+    walk_objects(&doc, &mut ex, &mut tally);
+    ex.warnings.extend(tally.into_warnings());
+    if ex.title.is_none() {
+        ex.title = ex.outline.first().map(|h| h.text.clone());
+    }
+    ex
+}
+
+fn info(doc: &Document, ex: &mut Extracted) {
+    let Some(info) = doc.trailer.get(b"Info").ok().and_then(|o| dict_of(doc, o)) else {
+        return;
+    };
+    if let Some(title) = info.get(b"Title").ok().and_then(|o| text_of(doc, o)) {
+        let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !title.is_empty() {
+            ex.title = Some(title);
+        }
+    }
+    for (key, name) in INFO_KEYS {
+        if let Some(value) = info.get(key).ok().and_then(|o| text_of(doc, o)) {
+            ex.meta(name, &value);
+        }
+    }
+}
+
+/// Walks the outline (bookmarks) iteratively: `First` is a child, `Next` a
+/// sibling. Cycles are cut by remembering visited items.
+fn outline(doc: &Document, ex: &mut Extracted) {
+    let Some(root) = doc
+        .catalog()
+        .ok()
+        .and_then(|c| c.get(b"Outlines").ok())
+        .and_then(|o| dict_of(doc, o))
+    else {
+        return;
+    };
+    let mut stack: Vec<(&Object, u8)> = Vec::new();
+    if let Ok(first) = root.get(b"First") {
+        stack.push((first, 1));
+    }
+    let mut seen: HashSet<ObjectId> = HashSet::new();
+    let mut visits = 0;
+    while let Some((obj, level)) = stack.pop() {
+        visits += 1;
+        if visits > MAX_OUTLINE_VISITS {
+            break;
+        }
+        if let Ok(id) = obj.as_reference() {
+            if !seen.insert(id) {
+                continue;
+            }
+        }
+        let Some(item) = dict_of(doc, obj) else {
+            continue;
+        };
+        if let Some(title) = item.get(b"Title").ok().and_then(|o| text_of(doc, o)) {
+            ex.heading(level, &title);
+        }
+        if let Some(uri) = item
+            .get(b"A")
+            .ok()
+            .and_then(|a| dict_of(doc, a))
+            .and_then(|a| a.get(b"URI").ok())
+            .and_then(|u| text_of(doc, u))
+        {
+            ex.link(&uri, None, "outline");
+        }
+        if let Ok(next) = item.get(b"Next") {
+            stack.push((next, level));
+        }
+        if let Ok(first) = item.get(b"First") {
+            stack.push((first, level.saturating_add(1)));
+        }
+    }
+}
+
+/// Whether a page's content uses text rendering mode 3 (neither fill nor
+/// stroke: invisible text, as OCR layers and hidden prompts use).
+fn uses_invisible_text(doc: &Document, page_id: ObjectId) -> bool {
+    let Ok(data) = doc.get_page_content(page_id) else {
+        return false;
+    };
+    let Ok(content) = Content::decode(&data) else {
+        return false;
+    };
+    content.operations.iter().any(|op| {
+        op.operator == "Tr"
+            && op
+                .operands
+                .first()
+                .and_then(|o| o.as_i64().ok())
+                .is_some_and(|mode| mode == 3 || mode == 7)
+    })
+}
+
+fn annotations(doc: &Document, page_id: ObjectId, ex: &mut Extracted, tally: &mut Tally) {
+    let Some(page) = doc.get_dictionary(page_id).ok() else {
+        return;
+    };
+    let Some(annots) = page
+        .get(b"Annots")
+        .ok()
+        .and_then(|a| deref(doc, a))
+        .and_then(|a| a.as_array().ok())
+    else {
+        return;
+    };
+    for annot in annots.iter().take(10_000) {
+        let Some(annot) = dict_of(doc, annot) else {
+            continue;
+        };
+        let subtype = annot
+            .get(b"Subtype")
+            .ok()
+            .and_then(|s| name_of(doc, s))
+            .unwrap_or(b"");
+        if subtype == b"FileAttachment" {
+            let name = annot
+                .get(b"FS")
+                .ok()
+                .and_then(|f| dict_of(doc, f))
+                .and_then(|f| f.get(b"UF").or_else(|_| f.get(b"F")).ok())
+                .and_then(|n| text_of(doc, n))
+                .unwrap_or_default();
+            tally.add(
+                WarningKind::EmbeddedFile,
+                Severity::High,
+                "file attachment annotations",
+                &name,
+            );
+        }
+        let Some(action) = annot.get(b"A").ok().and_then(|a| dict_of(doc, a)) else {
+            continue;
+        };
+        if action.get(b"S").ok().and_then(|s| name_of(doc, s)) == Some(b"URI") {
+            if let Some(uri) = action.get(b"URI").ok().and_then(|u| text_of(doc, u)) {
+                let contents = annot.get(b"Contents").ok().and_then(|c| text_of(doc, c));
+                ex.link(&uri, contents.as_deref(), "annotation");
+            }
+        }
+    }
+}
+
+/// Visits every object (iteratively, bounded) and tallies the keys and
+/// action types that make a PDF active or carry other files.
+fn walk_objects(doc: &Document, ex: &mut Extracted, tally: &mut Tally) {
+    let mut stack: Vec<&Object> = doc.objects.values().collect();
+    let mut visits = 0usize;
+    while let Some(obj) = stack.pop() {
+        visits += 1;
+        if visits > MAX_VISITS {
+            ex.warn(
+                WarningKind::Limit,
+                Severity::Low,
+                format!(
+                    "more than {MAX_VISITS} PDF objects; the scan for active content stopped there"
+                ),
+            );
+            break;
+        }
+        let dict = match obj {
+            Object::Dictionary(d) => d,
+            Object::Stream(s) => &s.dict,
+            Object::Array(a) => {
+                stack.extend(a.iter());
+                continue;
+            }
+            _ => continue,
+        };
+        for (key, value) in dict.iter() {
+            match key.as_slice() {
+                b"JS" | b"JavaScript" => {
+                    let code = text_of(doc, value)
+                        .or_else(|| {
+                            deref(doc, value)
+                                .and_then(|v| v.as_stream().ok())
+                                .and_then(|s| s.decompressed_content().ok())
+                                .map(|c| String::from_utf8_lossy(&c).into_owned())
+                        })
+                        .unwrap_or_default();
+                    if !code.is_empty() {
+                        ex.hidden.push_str(&code);
+                        ex.hidden.push('\n');
+                    }
+                    tally.add(
+                        WarningKind::Script,
+                        Severity::High,
+                        "JavaScript (/JS, /JavaScript)",
+                        &cap_chars(&code, 120),
+                    );
+                }
+                b"OpenAction" => {
+                    let kind = dict_of(doc, value)
+                        .and_then(|a| a.get(b"S").ok())
+                        .and_then(|s| name_of(doc, s))
+                        .map(|s| String::from_utf8_lossy(s).into_owned());
+                    match kind.as_deref() {
+                        Some(
+                            "JavaScript" | "Launch" | "SubmitForm" | "ImportData" | "URI" | "GoToR"
+                            | "GoToE",
+                        ) => tally.add(
+                            WarningKind::Script,
+                            Severity::High,
+                            "action run when the document opens (/OpenAction)",
+                            &format!("/S /{}", kind.unwrap_or_default()),
+                        ),
+                        other => tally.add(
+                            WarningKind::Script,
+                            Severity::Low,
+                            "action run when the document opens (/OpenAction)",
+                            &other
+                                .map(|k| format!("/S /{k}"))
+                                .unwrap_or_else(|| "go to a page".into()),
+                        ),
+                    }
+                }
+                b"AA" => tally.add(
+                    WarningKind::Script,
+                    Severity::Medium,
+                    "actions triggered by events (/AA)",
+                    "",
+                ),
+                b"EmbeddedFiles" => tally.add(
+                    WarningKind::EmbeddedFile,
+                    Severity::High,
+                    "embedded files (/EmbeddedFiles)",
+                    "",
+                ),
+                b"RichMedia" | b"RichMediaContent" => tally.add(
+                    WarningKind::EmbeddedFile,
+                    Severity::High,
+                    "rich media (/RichMedia)",
+                    "",
+                ),
+                b"XFA" => tally.add(
+                    WarningKind::Script,
+                    Severity::Medium,
+                    "XFA form (can carry scripts)",
+                    "",
+                ),
+                b"Type" if name_of(doc, value) == Some(b"EmbeddedFile") => tally.add(
+                    WarningKind::EmbeddedFile,
+                    Severity::High,
+                    "embedded file streams (/Type /EmbeddedFile)",
+                    "",
+                ),
+                b"S" => match name_of(doc, value) {
+                    Some(b"Launch") => tally.add(
+                        WarningKind::Script,
+                        Severity::High,
+                        "Launch actions (start programs or open files)",
+                        "",
+                    ),
+                    Some(s @ (b"SubmitForm" | b"ImportData" | b"GoToR" | b"GoToE")) => tally.add(
+                        WarningKind::ExternalResource,
+                        Severity::Medium,
+                        "actions that reach other files or servers",
+                        &format!("/S /{}", String::from_utf8_lossy(s)),
+                    ),
+                    _ => {}
+                },
+                _ => {}
+            }
+            match value {
+                Object::Dictionary(_) | Object::Array(_) | Object::Stream(_) => stack.push(value),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Names that make a PDF active or carry files, looked for in the raw bytes
+/// when the file cannot be parsed (with `#xx` escapes decoded).
+const RAW_NAMES: &[(&str, WarningKind, Severity)] = &[
+    ("JavaScript", WarningKind::Script, Severity::High),
+    ("JS", WarningKind::Script, Severity::High),
+    ("OpenAction", WarningKind::Script, Severity::Medium),
+    ("AA", WarningKind::Script, Severity::Medium),
+    ("Launch", WarningKind::Script, Severity::High),
+    ("EmbeddedFiles", WarningKind::EmbeddedFile, Severity::High),
+    ("EmbeddedFile", WarningKind::EmbeddedFile, Severity::High),
+    ("FileAttachment", WarningKind::EmbeddedFile, Severity::High),
+    ("RichMedia", WarningKind::EmbeddedFile, Severity::High),
+    (
+        "SubmitForm",
+        WarningKind::ExternalResource,
+        Severity::Medium,
+    ),
+    ("URI", WarningKind::ExternalResource, Severity::Low),
+];
+
+fn is_delimiter(b: u8) -> bool {
+    b.is_ascii_whitespace() || b"()<>[]{}/%".contains(&b) || b == 0
+}
+
+/// Reports the interesting names found in unparseable bytes.
+fn raw_scan(bytes: &[u8], ex: &mut Extracted) {
+    let mut found: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'/' {
+            i += 1;
+            continue;
+        }
+        let mut name = Vec::new();
+        let mut j = i + 1;
+        while j < bytes.len() && !is_delimiter(bytes[j]) && name.len() < 64 {
+            if bytes[j] == b'#' && j + 2 < bytes.len() {
+                if let Ok(v) =
+                    u8::from_str_radix(&String::from_utf8_lossy(&bytes[j + 1..j + 3]), 16)
+                {
+                    name.push(v);
+                    j += 3;
+                    continue;
+                }
+            }
+            name.push(bytes[j]);
+            j += 1;
+        }
+        if let Some((n, _, _)) = RAW_NAMES
+            .iter()
+            .find(|(n, _, _)| n.as_bytes() == name.as_slice())
+        {
+            if !found.contains(n) {
+                found.push(n);
+            }
+        }
+        i = j.max(i + 1);
+    }
+    for (name, kind, severity) in RAW_NAMES {
+        if found.contains(name) {
+            ex.warn(
+                *kind,
+                *severity,
+                format!("/{name} found by a raw scan (the PDF could not be parsed)"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_scan_decodes_name_escapes() {
+        let mut ex = Extracted::default();
+        raw_scan(b"junk /J#61vaScript (x) /OpenAction<< /Type", &mut ex);
+        let msgs: Vec<&str> = ex.warnings.iter().map(|w| w.message.as_str()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(msgs[0].starts_with("/JavaScript"));
+        assert!(msgs[1].starts_with("/OpenAction"));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let ex = extract(b"%PDF-1.4\n1 0 obj << /Type /Catalog");
+        assert!(ex.error.is_some());
+    }
+}

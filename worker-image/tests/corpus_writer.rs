@@ -1,0 +1,12 @@
+//! `GOLEM_CORPUS_DIR=/some/dir cargo test -p golem-worker --test corpus_writer -- --ignored`
+//! writes the test corpus to a directory, to run the worker on it by hand
+//! (for example inside the real container).
+
+mod common;
+
+#[test]
+#[ignore = "writes the corpus to $GOLEM_CORPUS_DIR; run by hand"]
+fn write_corpus_to_dir() {
+    let dir = std::env::var_os("GOLEM_CORPUS_DIR").expect("set GOLEM_CORPUS_DIR");
+    common::write_corpus(std::path::Path::new(&dir));
+}
