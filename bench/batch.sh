@@ -24,7 +24,7 @@ one() {   # the docker baseline for one document
     --user 65534:65534 --memory 512m --memory-swap 512m --cpus 1 --pids-limit 64 \
     --tmpfs /tmp:rw,noexec,nosuid,nodev,size=64m --log-opt max-size=1m \
     --mount "type=bind,source=$f,target=/input/$(basename "$f"),readonly" \
-    --mount "type=bind,source=$out,target=/output" "$tag" report >/dev/null
+    --mount "type=bind,source=$out,target=/output" "$tag" report >/dev/null 2>&1
 }
 export -f one; export work tag
 mkdir -p "$work/out"
