@@ -20,6 +20,49 @@ use golem_orch::stage::Stage;
 use golem_orch::units::{Limit, Size};
 use golem_orch::{engine, gc, image, plan, workers};
 
+/// An error and its causes on one line. Causes whose text the message already carries (errors
+/// that embed their source) are not repeated, and newlines are flattened so nothing a server or
+/// a file sent can forge extra lines.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg.replace(['\n', '\r'], " ")
+}
+
+/// Writes a line to stdout; a closed pipe (`golem-orch ... | head`) ends the process quietly,
+/// as it does for any Unix tool, instead of a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            exit_on_closed_pipe(&e);
+        }
+    }};
+}
+
+/// [`outln!`] without the newline.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
+            exit_on_closed_pipe(&e);
+        }
+    }};
+}
+
+/// Exits with the conventional status of a process killed by SIGPIPE.
+fn exit_on_closed_pipe(e: &std::io::Error) {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(141);
+    }
+}
+
 const AFTER_HELP: &str = "\
 Trust levels (lowest first): untrusted, session, workspace, full. See `golem-orch policy show LEVEL`.
 
@@ -266,6 +309,8 @@ struct RunArgs {
 
 /// The trust level and what to run; shared by `run` and `batch`.
 #[derive(Debug, Args, Clone)]
+#[group(id = "worker_args", multiple = true)]
+#[command(group(clap::ArgGroup::new("level").multiple(false).args(["trust", "untrusted", "session", "workspace", "full"])))]
 struct WorkerArgs {
     /// Trust level for the session (default: untrusted; a worker needing more must be given it).
     #[arg(long, value_name = "LEVEL", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
@@ -337,8 +382,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // One line: the chain joined, newlines flattened so nothing a server sent can forge lines.
-            let msg = format!("{e:#}").replace(['\n', '\r'], " ");
-            eprintln!("golem-orch: {msg}");
+            eprintln!("golem-orch: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -400,8 +444,13 @@ fn project_file() -> Option<PathBuf> {
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
+    let written = serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(out));
+    if let Err(e) = written {
+        exit_on_closed_pipe(&e);
+        return Err(e.into());
+    }
     Ok(())
 }
 
@@ -490,12 +539,12 @@ async fn run(
         print_json(&outcome)?;
     } else {
         let short = home::short(&outcome.session);
-        println!("session {short}: {}", outcome.status.as_str());
+        outln!("session {short}: {}", outcome.status.as_str());
         if let Some(code) = outcome.exit_code {
-            println!("  worker exit code {code}");
+            outln!("  worker exit code {code}");
         }
         if let Some(staged) = &outcome.staged {
-            println!(
+            outln!(
                 "  staged {}: {} file(s), {}, {} rejected  (golem-orch show {})",
                 home::short(staged),
                 outcome.files,
@@ -504,7 +553,7 @@ async fn run(
                 home::short(staged)
             );
         }
-        println!("  logs: golem-orch logs {short}");
+        outln!("  logs: golem-orch logs {short}");
     }
     // Scripts read stdout; a person should still see what went wrong, on one line.
     if let Some(e) = &outcome.error {
@@ -620,19 +669,19 @@ async fn batch_cmd(
             &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents }),
         )?;
     } else {
-        println!(
+        outln!(
             "batch {}: {}",
             home::short(&record.id),
             record.state.as_str()
         );
-        println!("  {:<10} {:>6}", "succeeded", summary.succeeded);
-        println!("  {:<10} {:>6}", "partial", summary.partial);
-        println!("  {:<10} {:>6}", "failed", summary.failed);
-        println!("  {:<10} {:>6}", "timed out", summary.timed_out);
-        println!("  {:<10} {:>6}", "oom", summary.oom);
-        println!("  {:<10} {:>6}", "rejected", summary.rejected);
-        println!("  {:<10} {:>6}", "not run", summary.not_run);
-        println!(
+        outln!("  {:<10} {:>6}", "succeeded", summary.succeeded);
+        outln!("  {:<10} {:>6}", "partial", summary.partial);
+        outln!("  {:<10} {:>6}", "failed", summary.failed);
+        outln!("  {:<10} {:>6}", "timed out", summary.timed_out);
+        outln!("  {:<10} {:>6}", "oom", summary.oom);
+        outln!("  {:<10} {:>6}", "rejected", summary.rejected);
+        outln!("  {:<10} {:>6}", "not run", summary.not_run);
+        outln!(
             "  rejected entries {}, bytes staged {}",
             summary.rejected_entries,
             human_bytes(summary.bytes_staged)
@@ -643,7 +692,7 @@ async fn batch_cmd(
                 batch::DocStatus::Staged | batch::DocStatus::Pending
             )
         }) {
-            println!(
+            outln!(
                 "  {:<9} {}  {}",
                 d.status.as_str(),
                 d.source,
@@ -651,10 +700,10 @@ async fn batch_cmd(
             );
         }
         if let Some(staged) = &record.staged {
-            println!("  staged as one: golem-orch show {}", home::short(staged));
+            outln!("  staged as one: golem-orch show {}", home::short(staged));
         }
         if record.state == batch::BatchState::Cancelled {
-            println!(
+            outln!(
                 "  resume with: golem-orch batch --resume {}",
                 home::short(&record.id)
             );
@@ -754,11 +803,11 @@ fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<Exi
     if json {
         print_json(&json!({ "dry_run": true, "inputs": inputs, "plan": plan }))?;
     } else {
-        println!("dry run: nothing was created\ninputs");
+        outln!("dry run: nothing was created\ninputs");
         for i in &inputs {
-            println!("  {i}");
+            outln!("  {i}");
         }
-        print!("{plan}");
+        out!("{plan}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -789,12 +838,16 @@ fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if list.is_empty() {
-        println!("no sessions yet: golem-orch run --untrusted FILE");
+        outln!("no sessions yet: golem-orch run --untrusted FILE");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  SOURCE",
-        "SESSION", "STATUS", "TRUST", "EXIT", "STARTED"
+        "SESSION",
+        "STATUS",
+        "TRUST",
+        "EXIT",
+        "STARTED"
     );
     for r in list {
         let exit = r
@@ -807,7 +860,7 @@ fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
             .first()
             .map(|i| i.source.clone())
             .unwrap_or_default();
-        println!(
+        outln!(
             "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  {}",
             home::short(&r.id),
             r.status.as_str(),
@@ -827,7 +880,7 @@ fn logs(home: &Home, id: &str) -> Result<ExitCode> {
     let id = home::resolve_id(&home.sessions_dir(), id, "session")?;
     let path = home.session_dir(&id).join(session::LOGS);
     match std::fs::read_to_string(&path) {
-        Ok(text) => print!("{text}"),
+        Ok(text) => out!("{text}"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!(
                 "session {} has no logs (its worker never ran)",
@@ -846,19 +899,25 @@ fn staged(home: &Home, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if list.is_empty() {
-        println!("nothing staged");
+        outln!("nothing staged");
         return Ok(ExitCode::SUCCESS);
     }
     let now = chrono::Utc::now();
-    println!(
+    outln!(
         "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  SOURCE",
-        "ID", "STATUS", "AGE", "FILES", "BYTES", "REJECTED", "TRUST"
+        "ID",
+        "STATUS",
+        "AGE",
+        "FILES",
+        "BYTES",
+        "REJECTED",
+        "TRUST"
     );
     for s in list {
         let age = chrono::DateTime::parse_from_rfc3339(&s.created_at)
             .map(|t| human_age(now.signed_duration_since(t.with_timezone(&chrono::Utc))))
             .unwrap_or_else(|_| "?".into());
-        println!(
+        outln!(
             "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  {}",
             home::short(&s.id),
             s.status,
@@ -885,25 +944,25 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("staged   {}  ({})", m.id, status.word());
-    println!("session  {}", m.session);
-    println!("created  {}", m.created_at);
-    println!("trust    {}", m.trust_level);
-    println!("image    {}  ({})", m.image, m.image_id);
-    println!("command  {}", m.command.join(" "));
-    println!(
+    outln!("staged   {}  ({})", m.id, status.word());
+    outln!("session  {}", m.session);
+    outln!("created  {}", m.created_at);
+    outln!("trust    {}", m.trust_level);
+    outln!("image    {}  ({})", m.image, m.image_id);
+    outln!("command  {}", m.command.join(" "));
+    outln!(
         "exit     {}",
         m.exit_code
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into())
     );
-    println!(
+    outln!(
         "files in {}",
         stage.dir(&id).join(golem_orch::stage::FILES).display()
     );
-    println!("\ninputs ({})", m.inputs.len());
+    outln!("\ninputs ({})", m.inputs.len());
     for i in &m.inputs {
-        println!(
+        outln!(
             "  {}  {:>9}  {}  <- {}",
             short_hash(&i.sha256),
             human_bytes(i.size),
@@ -911,9 +970,9 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             i.source
         );
     }
-    println!("\nfiles ({}, {})", m.files.len(), human_bytes(m.bytes));
+    outln!("\nfiles ({}, {})", m.files.len(), human_bytes(m.bytes));
     for f in &m.files {
-        println!(
+        outln!(
             "  {}  {:>9}  {}",
             short_hash(&f.sha256),
             human_bytes(f.size),
@@ -921,12 +980,12 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         );
     }
     let rejected = m.rejected.len() as u64 + m.rejected_omitted;
-    println!("\nrejected ({rejected})");
+    outln!("\nrejected ({rejected})");
     for r in &m.rejected {
-        println!("  {}: {}", r.path, r.reason);
+        outln!("  {}: {}", r.path, r.reason);
     }
     if m.rejected_omitted > 0 {
-        println!(
+        outln!(
             "  ... and {} more (see golem-orch audit --session {})",
             m.rejected_omitted,
             home::short(&m.session)
@@ -964,7 +1023,7 @@ fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
             &json!({ "staged": id, "repo": target.path, "branch": target.branch, "files": diffs }),
         )?;
     } else {
-        print!("{}", golem_orch::diff::render(&diffs, color_wanted()));
+        out!("{}", golem_orch::diff::render(&diffs, color_wanted()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1026,6 +1085,9 @@ fn push_cmd(
     let stage = Stage::new(home.staged_dir());
     let audit = Audit::new(home.audit_path());
     let proposal = golem_orch::push::propose(&stage, &audit, &id, &target, &t.only)?;
+    if !yes && !std::io::stdin().is_terminal() {
+        bail!("push needs a person's consent: run it on a terminal, or pass --yes");
+    }
     if !yes {
         print_proposal(&proposal);
         loop {
@@ -1058,14 +1120,14 @@ fn push_cmd(
         } else {
             ""
         };
-        println!(
+        outln!(
             "pushed {} as {} on {}{recovered}",
             home::short(&id),
             &pushed.commit[..12.min(pushed.commit.len())],
             pushed.branch
         );
         if let Some(r) = &pushed.remote {
-            println!("  and to remote {r}");
+            outln!("  and to remote {r}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1095,7 +1157,7 @@ fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode>
     if json {
         print_json(&json!({ "staged": id, "status": "discarded" }))?;
     } else {
-        println!("discarded {}", home::short(&id));
+        outln!("discarded {}", home::short(&id));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1113,12 +1175,14 @@ fn workers_cmd(json: bool) -> Result<ExitCode> {
         print_json(&defs)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<12}  {:<9}  {:<16}  DESCRIPTION",
-        "NAME", "TRUST", "IMAGE"
+        "NAME",
+        "TRUST",
+        "IMAGE"
     );
     for d in defs {
-        println!(
+        outln!(
             "{:<12}  {:<9}  {:<16}  {}",
             d.name,
             d.trust.as_str(),
@@ -1135,7 +1199,7 @@ async fn image_build(json: bool) -> Result<ExitCode> {
     if json {
         print_json(&json!({ "image": tag, "id": id }))?;
     } else {
-        println!("built {tag} ({id})");
+        outln!("built {tag} ({id})");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1145,11 +1209,11 @@ fn policy_show(policy_dir: Option<&Path>, level: TrustLevel, json: bool) -> Resu
     if json {
         print_json(&effective)?;
     } else {
-        println!(
+        outln!(
             "# effective {level} policy, from: {}",
             effective.sources.join(" + ")
         );
-        print!("{}", serde_yaml::to_string(&effective.policy)?);
+        out!("{}", serde_yaml::to_string(&effective.policy)?);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1217,7 +1281,7 @@ async fn doctor(
         print_json(&json!({ "ok": healthy, "checks": list }))?;
     } else {
         for (ok, name, detail) in &checks {
-            println!(
+            outln!(
                 "{:<4}  {:<16}  {}",
                 if *ok { "ok" } else { "FAIL" },
                 name,
@@ -1238,7 +1302,7 @@ async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
     if json {
         print_json(&report)?;
     } else {
-        println!(
+        outln!(
             "removed {} container(s), {} volume(s), {} half-staged commit(s); marked {} session(s) failed; left {} live resource(s) alone",
             report.containers.len(),
             report.volumes.len(),
@@ -1247,7 +1311,7 @@ async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
             report.live
         );
         for e in &report.errors {
-            println!("  could not remove {e}");
+            outln!("  could not remove {e}");
         }
     }
     Ok(if report.errors.is_empty() {
@@ -1264,7 +1328,7 @@ fn audit(home: &Home, session: Option<String>, verify: bool, json: bool) -> Resu
         if json {
             print_json(&json!({ "ok": true, "records": n }))?;
         } else {
-            println!("audit log intact: {n} records, hash chain unbroken");
+            outln!("audit log intact: {n} records, hash chain unbroken");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -1290,7 +1354,7 @@ fn audit(home: &Home, session: Option<String>, verify: bool, json: bool) -> Resu
         } else {
             format!("{:<22}", r.event)
         };
-        println!("{}  {:<12}  {event}  {data}", r.ts, session);
+        outln!("{}  {:<12}  {event}  {data}", r.ts, session);
     }
     Ok(ExitCode::SUCCESS)
 }

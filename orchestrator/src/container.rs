@@ -178,11 +178,11 @@ fn hardened_host_config(
         cgroupns_mode: Some(bollard::models::HostConfigCgroupnsModeEnum::PRIVATE),
         // Under host memory pressure, the kernel kills the untrusted worker first.
         oom_score_adj: Some(1000),
-        // Docker writes the host's nameservers into resolv.conf even without a network; point
-        // it at loopback so the container learns nothing about the host's network.
-        dns: Some(vec!["127.0.0.1".into()]),
-        dns_search: Some(Vec::new()),
-        dns_options: Some(Vec::new()),
+        // Without a network nothing should resolve and resolv.conf should name no host
+        // nameserver; with the opt-in network the engine's normal resolver applies.
+        dns: (plan.network == crate::policy::NetworkMode::None).then(|| vec!["127.0.0.1".into()]),
+        dns_search: (plan.network == crate::policy::NetworkMode::None).then(Vec::new),
+        dns_options: (plan.network == crate::policy::NetworkMode::None).then(Vec::new),
         privileged: Some(false),
         publish_all_ports: Some(false),
         shm_size: Some(1 << 20),

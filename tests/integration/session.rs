@@ -491,38 +491,11 @@ fn gc_cleans_up_after_an_orchestrator_killed_mid_session() {
     );
     child.kill().expect("SIGKILL the orchestrator");
     child.wait().expect("reap");
-    let left = g.leftovers();
-    // Worker, holder and output volume of the killed session.
-    assert_eq!(
-        left.len(),
-        3,
-        "the kill should have left them behind: {left:?}"
-    );
-    let (sessions, _) = g.json(["sessions", "--json"]);
-    let session = sessions[0]["id"].as_str().unwrap().to_string();
-    assert_eq!(sessions[0]["status"], "running");
-
-    // gc is engine-wide, so other tests' debris may be collected too; check ours precisely.
+    // Other tests run the engine-wide `gc` too and may collect these first, so the story checks
+    // outcomes rather than who collected what: after a gc, nothing of ours is left, and the
+    // session is marked failed by gc in its own audit log.
     let (report, code) = g.json(["gc", "--json"]);
     assert_eq!(code, 0, "{report}");
-    let listed = |key: &str| {
-        report[key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect::<Vec<_>>()
-    };
-    for id in &left {
-        assert!(
-            listed("containers")
-                .iter()
-                .any(|c| c.starts_with(id.as_str()))
-                || listed("volumes").contains(id),
-            "{id} not collected: {report}"
-        );
-    }
-    assert!(listed("sessions_failed").contains(&session), "{report}");
     let (sessions, _) = g.json(["sessions", "--json"]);
     assert_eq!(sessions[0]["status"], "failed");
     assert!(g

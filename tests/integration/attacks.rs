@@ -1,0 +1,1432 @@
+//! Attacks on the boundary: a hostile worker (`tests/hostile-worker`, in its own scratch image)
+//! tries one thing per test, and each test checks the four things a person relies on:
+//!
+//! 1. the host is unchanged (the project directory, the inputs, host paths);
+//! 2. the stage holds only what the policy allows (regular files, 0644, within the caps);
+//! 3. the audit log names what was refused;
+//! 4. golem-orch reports a clear status (JSON status, exit code, one line on stderr).
+//!
+//! Each test names the flag or check it attacks (`plan.rs` builds the plan from the policy,
+//! `container.rs` turns it into Engine API bodies), so that removing that defence makes the test
+//! fail. Network probes only send when the container has no interface but `lo` (the kernel then
+//! fails them locally); the bombs only run as a container's main process.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::harness::{docker_lines, hostile_image, wait_until, Golem};
+
+/// Longest a session of these tests may take before the test gives up on it: a hang guard (a
+/// removed timeout would otherwise hang the suite), not a timing assertion.
+pub const HANG_GUARD: Duration = Duration::from_secs(300);
+
+/// The shipped untrusted policy (policies/untrusted.yaml), which these tests do not narrow.
+pub fn untrusted() -> golem_orch::policy::Policy {
+    golem_orch::policy::load(golem_orch::policy::TrustLevel::Untrusted, None, None)
+        .expect("shipped policy")
+        .policy
+}
+
+/// `errno` values the kernel gives when a defence holds.
+const EPERM: i64 = 1;
+const ENOENT: i64 = 2;
+const EAGAIN: i64 = 11;
+const ENOSPC: i64 = 28;
+const EROFS: i64 = 30;
+const ENETUNREACH: i64 = 101;
+
+/// What one `golem-orch run --json` printed and returned.
+pub struct Run {
+    /// The JSON object on stdout.
+    pub json: Value,
+    /// The exit code.
+    pub code: i32,
+    /// Everything on stderr.
+    pub stderr: String,
+}
+
+impl Run {
+    /// The session id.
+    pub fn session(&self) -> String {
+        self.json["session"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session in {}", self.json))
+            .to_string()
+    }
+
+    /// The staged commit id; panics when nothing was staged.
+    pub fn staged(&self) -> String {
+        self.json["staged"]
+            .as_str()
+            .unwrap_or_else(|| panic!("nothing staged: {} {}", self.json, self.stderr))
+            .to_string()
+    }
+
+    /// Asserts the status word and exit code golem-orch reported.
+    pub fn assert_status(&self, status: &str, code: i32) {
+        assert_eq!(
+            (self.json["status"].as_str(), self.code),
+            (Some(status), code),
+            "{} / stderr: {}",
+            self.json,
+            self.stderr
+        );
+    }
+
+    /// Asserts that stderr is exactly one `golem-orch:` line naming the session and its status.
+    pub fn assert_one_error_line(&self, status: &str) {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "stderr is not one line: {:?}", self.stderr);
+        let short = &self.session()[..12];
+        assert!(
+            lines[0].starts_with(&format!("golem-orch: session {short} {status}: ")),
+            "{:?}",
+            lines[0]
+        );
+    }
+}
+
+/// Runs a command to completion, killing it (and failing the test) if it outlives `limit`.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn golem-orch");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stderr.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "golem-orch still running after {limit:?}; stderr so far: {}",
+                String::from_utf8_lossy(&err.join().unwrap_or_default())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// Parses a finished `run --json`.
+pub fn parse_run(out: &Output) -> Run {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {} / stderr: {stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    Run {
+        json,
+        code: out.status.code().unwrap_or(-1),
+        stderr,
+    }
+}
+
+/// `golem-orch run --json [extra] --image golem-hostile:test -- MODE...`, with a hang guard.
+pub fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> Run {
+    hostile_with(g, extra, mode, |_| {})
+}
+
+/// Like [`hostile`], letting the caller adjust the command (environment, home).
+pub fn hostile_with(
+    g: &Golem,
+    extra: &[&str],
+    mode: &[&str],
+    adjust: impl FnOnce(&mut Command),
+) -> Run {
+    let mut args = vec!["run", "--json"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--image", hostile_image(), "--"]);
+    args.extend_from_slice(mode);
+    let mut cmd = g.cmd(&args);
+    adjust(&mut cmd);
+    parse_run(&run_bounded(cmd, HANG_GUARD))
+}
+
+/// A staged file of a session, parsed as JSON (the hostile worker's evidence).
+pub fn staged_json(g: &Golem, run: &Run, name: &str) -> Value {
+    let path = g.staged_files(&run.staged()).join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} ({})", path.display(), run.json));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The last JSON line the worker printed whose `mode` is `mode` (file-making modes and bombs
+/// report their steps this way), from the session's captured logs.
+pub fn worker_report(home: &Path, session: &str, mode: &str) -> Value {
+    let logs = std::fs::read_to_string(home.join("sessions").join(session).join("logs.txt"))
+        .unwrap_or_else(|e| panic!("logs of {session}: {e}"));
+    logs.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|v| v["mode"] == mode)
+        .unwrap_or_else(|| panic!("no {mode} report in the logs:\n{logs}"))
+}
+
+/// Every audit record of one session.
+pub fn audit_of(g: &Golem, session: &str) -> Vec<Value> {
+    g.audit()
+        .into_iter()
+        .filter(|r| r["session"] == session)
+        .collect()
+}
+
+/// `(path, reason)` of every `entry.rejected` audit record of a session.
+pub fn audited_rejections(g: &Golem, session: &str) -> Vec<(String, String)> {
+    audit_of(g, session)
+        .into_iter()
+        .filter(|r| r["event"] == "entry.rejected")
+        .map(|r| {
+            (
+                r["data"]["path"].as_str().unwrap_or("").to_string(),
+                r["data"]["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The plan the session ran with, as audited.
+pub fn audited_plan(g: &Golem, session: &str) -> Value {
+    audit_of(g, session)
+        .into_iter()
+        .find(|r| r["event"] == "session.plan")
+        .map(|r| r["data"]["plan"].clone())
+        .expect("session.plan audited")
+}
+
+fn sha256_file(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
+}
+
+/// Every entry under `dir` (not following links): kind, mode and content hash.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in rd.flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let rel = path.strip_prefix(dir).expect("below").to_path_buf();
+            let mode = meta.mode() & 0o7777;
+            let desc = if meta.is_dir() {
+                stack.push(path.clone());
+                format!("dir {mode:o}")
+            } else if meta.file_type().is_symlink() {
+                format!("link -> {:?}", std::fs::read_link(&path).ok())
+            } else if meta.is_file() {
+                format!("file {mode:o} {}", sha256_file(&path))
+            } else {
+                format!("special {:o}", meta.mode())
+            };
+            out.insert(rel, desc);
+        }
+    }
+    out
+}
+
+/// Host paths a worker could only create by escaping its container.
+const ESCAPE_MARKERS: [&str; 5] = ["/pwned", "/escaped", "/x", "/hostile-exec", "/output.old"];
+
+/// What the host looked like before an attack: the project directory (inputs included) and
+/// the escape markers.
+pub struct HostWitness {
+    project: PathBuf,
+    before: BTreeMap<PathBuf, String>,
+    markers: Vec<(&'static str, bool)>,
+}
+
+impl HostWitness {
+    /// Takes the picture.
+    pub fn take(g: &Golem) -> HostWitness {
+        HostWitness {
+            project: g.project.path().to_path_buf(),
+            before: tree(g.project.path()),
+            markers: ESCAPE_MARKERS
+                .iter()
+                .map(|m| (*m, Path::new(m).exists()))
+                .collect(),
+        }
+    }
+
+    /// Asserts nothing of it changed.
+    pub fn assert_unchanged(&self) {
+        assert_eq!(
+            tree(&self.project),
+            self.before,
+            "the project directory changed"
+        );
+        for (marker, existed) in &self.markers {
+            assert_eq!(
+                Path::new(marker).exists(),
+                *existed,
+                "{marker} appeared on the host"
+            );
+        }
+    }
+}
+
+/// Asserts that no half-built staged commit (`staged/.tmp-*`) is left in `home`.
+pub fn assert_no_half_stage(home: &Path) {
+    let left: Vec<String> = std::fs::read_dir(home.join("staged"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".tmp-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "half-built staged commits left: {left:?}");
+}
+
+/// Asserts a staged commit holds exactly its manifest's files, all regular 0644 files (dirs
+/// 0755) within the given caps, nothing else: no links, devices, FIFOs, sockets or set-id bits.
+/// Returns the staged paths.
+pub fn assert_stage_allowed(
+    home: &Path,
+    staged: &str,
+    max_files: u64,
+    max_file_bytes: u64,
+    max_total: u64,
+) -> Vec<String> {
+    let dir = home.join("staged").join(staged);
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    let files = dir.join("files");
+    let mut on_disk = BTreeMap::new();
+    for (rel, desc) in tree(&files) {
+        if desc.starts_with("dir ") {
+            assert_eq!(desc, "dir 755", "{rel:?}");
+            continue;
+        }
+        assert!(
+            desc.starts_with("file 644 "),
+            "{rel:?} is not a plain 0644 file in the stage: {desc}"
+        );
+        let size = std::fs::symlink_metadata(files.join(&rel)).unwrap().len();
+        assert!(size <= max_file_bytes, "{rel:?}: {size} bytes over the cap");
+        on_disk.insert(
+            rel.to_string_lossy().into_owned(),
+            (size, desc["file 644 ".len()..].to_string()),
+        );
+    }
+    let listed: BTreeMap<String, (u64, String)> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                (
+                    f["size"].as_u64().unwrap(),
+                    f["sha256"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(on_disk, listed, "the stage differs from its manifest");
+    assert!(listed.len() as u64 <= max_files);
+    let total: u64 = listed.values().map(|(s, _)| s).sum();
+    assert!(total <= max_total, "{total} bytes staged over the cap");
+    assert_eq!(manifest["bytes"], total);
+    assert_no_half_stage(home);
+    listed.into_keys().collect()
+}
+
+/// The untrusted policy's caps, for [`assert_stage_allowed`].
+pub fn assert_untrusted_stage(g: &Golem, staged: &str) -> Vec<String> {
+    let out = untrusted().output;
+    assert_stage_allowed(
+        &g.home,
+        staged,
+        out.max_files,
+        out.max_file_bytes.bytes(),
+        out.max_total_bytes.bytes(),
+    )
+}
+
+/// Runs `probe` (and the witness checks every probe test shares): returns the run and probe.json.
+fn probe(g: &Golem, adjust: impl FnOnce(&mut Command)) -> (Run, Value, String) {
+    let input = g.file("in/doc.txt", "evidence");
+    let witness = HostWitness::take(g);
+    let run = hostile_with(g, &[input.to_str().unwrap()], &["probe"], adjust);
+    run.assert_status("staged", 0);
+    assert_eq!(
+        assert_untrusted_stage(g, &run.staged()),
+        ["probe.json"],
+        "only the probe's own evidence is staged"
+    );
+    let text = std::fs::read_to_string(g.staged_files(&run.staged()).join("probe.json")).unwrap();
+    let value: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["in_container"], true);
+    witness.assert_unchanged();
+    g.assert_clean();
+    (run, value, text)
+}
+
+fn errno(v: &Value) -> Option<i64> {
+    v["errno"].as_i64()
+}
+
+// ------------------------------------------------------------------------------------ network
+
+/// Attacks `network: none`: plan.rs `build` (network = the policy's mode unless --allow-network
+/// where allowed), container.rs `hardened_host_config` (`network_mode`) and `worker_body`
+/// (`network_disabled`). With a network, the probe would see an interface other than `lo` and
+/// refuse to send, so `attempted` would be false.
+#[test]
+fn tcp_egress_fails_inside_the_kernel() {
+    let g = Golem::new();
+    let (run, p, _) = probe(&g, |_| {});
+    assert_eq!(p["interfaces"]["names"], serde_json::json!(["lo"]));
+    assert_eq!(p["interfaces"]["proc_net_dev"], serde_json::json!(["lo"]));
+    let attempts = p["tcp_egress"].as_array().expect("tcp attempts");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    for a in attempts {
+        assert_eq!(a["attempted"], true, "{a}");
+        assert_eq!(a["ok"], false, "{a}");
+        assert_eq!(errno(a), Some(ENETUNREACH), "{a}");
+    }
+    assert_eq!(audited_plan(&g, &run.session())["network"], "none");
+}
+
+/// Attacks `network: none` (as above) with UDP, which needs no handshake to leak a datagram.
+#[test]
+fn udp_egress_fails_inside_the_kernel() {
+    let g = Golem::new();
+    let (_, p, _) = probe(&g, |_| {});
+    let udp = &p["udp_egress"];
+    assert_eq!(udp["attempted"], true, "{udp}");
+    assert_eq!(udp["send"]["ok"], false, "{udp}");
+    assert_eq!(errno(&udp["send"]), Some(ENETUNREACH), "{udp}");
+}
+
+/// Attacks `network: none` (as above): no name resolves, and the container's resolv.conf names
+/// none of the host's nameservers. (container.rs `hardened_host_config` also sets
+/// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway, so
+/// removing that setting alone does not change what this test sees.)
+#[test]
+fn dns_resolves_nothing_and_reveals_no_host_nameserver() {
+    let g = Golem::new();
+    let (_, p, _) = probe(&g, |_| {});
+    assert_eq!(p["dns"]["attempted"], true, "{}", p["dns"]);
+    assert_eq!(p["dns"]["ok"], false, "{}", p["dns"]);
+    let resolv = p["host_paths"]["/etc/resolv.conf"]["content"]
+        .as_str()
+        .unwrap_or("");
+    for line in resolv.lines() {
+        if let Some(ns) = line.trim().strip_prefix("nameserver") {
+            assert_eq!(ns.trim(), "127.0.0.1", "resolv.conf: {resolv}");
+        }
+    }
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    for ns in host
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .map(str::trim)
+        .filter(|ns| *ns != "127.0.0.1")
+    {
+        assert!(
+            !resolv.contains(ns),
+            "host nameserver {ns} leaked: {resolv}"
+        );
+    }
+}
+
+/// Attacks `network: none` from the side of the host: no route at all, so neither the Docker
+/// bridge's gateway (the host) nor its Docker API or SSH ports can be reached.
+#[test]
+fn the_default_gateway_and_the_hosts_ports_are_unreachable() {
+    let g = Golem::new();
+    let (_, p, _) = probe(&g, |_| {});
+    let gw = &p["gateway"];
+    assert_eq!(gw["routes"], serde_json::json!([]), "{gw}");
+    assert_eq!(gw["default_routes"], serde_json::json!([]), "{gw}");
+    let connects = gw["connect"].as_array().expect("gateway attempts");
+    assert_eq!(connects.len(), 2, "{gw}");
+    for c in connects {
+        assert_eq!(
+            (c["attempted"].as_bool(), c["ok"].as_bool()),
+            (Some(true), Some(false)),
+            "{c}"
+        );
+        assert_eq!(errno(c), Some(ENETUNREACH), "{c}");
+    }
+}
+
+// ---------------------------------------------------------------------------- host filesystem
+
+/// Attacks "mounts come only from the plan": plan.rs `build` (binds) and container.rs
+/// `worker_body` (bind `Mount`s only from the plan). The engine's socket is never mounted.
+#[test]
+fn the_docker_socket_is_not_in_the_container() {
+    let g = Golem::new();
+    let (_, p, text) = probe(&g, |_| {});
+    for sock in ["/var/run/docker.sock", "/run/docker.sock"] {
+        let s = &p["docker_sock"][sock];
+        assert_eq!(s["exists"], false, "{sock}: {s}");
+        assert_eq!(s["connect"]["ok"], false, "{sock}: {s}");
+        assert_eq!(errno(&s["connect"]), Some(ENOENT), "{sock}: {s}");
+    }
+    let mounts = p["mountinfo"].as_str().expect("mountinfo");
+    assert!(!mounts.contains("docker.sock") && !text.contains("/var/run/docker.sock\\n"));
+}
+
+/// Attacks the same: nothing of the host is visible but the input, read-only. The root holds
+/// only what the scratch image and the plan put there; /etc/shadow, /var/lib/docker, /root and
+/// the host's project and state directories do not exist inside.
+#[test]
+fn host_paths_that_were_not_mounted_cannot_be_read() {
+    let g = Golem::new();
+    g.file("in/doc.txt", "evidence");
+    g.file("neighbour.txt", "secret neighbour");
+    let witness = HostWitness::take(&g);
+    let project = g.project.path().display().to_string();
+    let home = g.home.display().to_string();
+    let paths = [
+        "/etc/shadow".to_string(),
+        "/etc/passwd".to_string(),
+        "/root".to_string(),
+        "/home".to_string(),
+        "/var/lib/docker".to_string(),
+        "/proc/1/root/etc/shadow".to_string(),
+        "/sys/fs/cgroup/../../../etc/shadow".to_string(),
+        format!("{project}/neighbour.txt"),
+        project.clone(),
+        home.clone(),
+        format!("{home}/audit.jsonl"),
+        "/etc/hostname".to_string(),
+        "/".to_string(),
+    ];
+    let mut mode = vec!["try-read"];
+    mode.extend(paths.iter().map(String::as_str));
+    let input = g.project.path().join("in/doc.txt");
+    let run = hostile(&g, &[input.to_str().unwrap()], &mode);
+    run.assert_status("staged", 0);
+    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["reads.json"]);
+    let reads = staged_json(&g, &run, "reads.json");
+    for path in &paths[..11] {
+        let r = &reads[path.as_str()];
+        assert_eq!(r["exists"], false, "{path} is visible: {r}");
+        assert_eq!(r["stat_errno"], ENOENT, "{path}: {r}");
+    }
+    // The container's own files, not the host's.
+    assert_eq!(reads["/etc/hostname"]["content"], "golem\n");
+    let root: Vec<&str> = reads["/"]["listing"]
+        .as_array()
+        .expect("root listing")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        root,
+        [
+            ".dockerenv",
+            "dev",
+            "etc",
+            "hostile-worker",
+            "input",
+            "output",
+            "proc",
+            "sys",
+            "tmp"
+        ],
+        "the root holds something the plan did not put there"
+    );
+    let text = reads.to_string();
+    assert!(!text.contains("secret neighbour") && !text.contains("root:"));
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks plan.rs `build` (`/input` bind `read_only: true`, whatever the policy says, since
+/// `Policy::validate` refuses `input: rw`) and container.rs `hardened_host_config`
+/// (`readonly_rootfs`, which also makes Docker mount its /etc/hosts, /etc/hostname and
+/// /etc/resolv.conf read-only). The errno must be EROFS: the mount refuses, not merely file
+/// modes (the input copy is root-owned 0644, which would give EACCES without the read-only mount).
+#[test]
+fn inputs_and_the_root_filesystem_are_read_only() {
+    let g = Golem::new();
+    let input = g.file("in/doc.txt", "evidence");
+    let witness = HostWitness::take(&g);
+    let targets = [
+        "/input/doc.txt",
+        "/input/new.txt",
+        "/pwned",
+        "/etc/pwned",
+        "/hostile-worker",
+        "/tmp/../pwned",
+        "/output/../escaped",
+        // Docker's own per-container files, bind-mounted from the host's disk (no quota there):
+        // read-only only because the root filesystem is.
+        "/etc/hosts",
+        "/etc/hostname",
+        "/etc/resolv.conf",
+    ];
+    let mut mode = vec!["try-write"];
+    mode.extend(targets);
+    let run = hostile(&g, &[input.to_str().unwrap()], &mode);
+    run.assert_status("staged", 0);
+    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["writes.json"]);
+    let writes = staged_json(&g, &run, "writes.json");
+    for t in targets {
+        assert_eq!(writes[t]["ok"], false, "{t} was writable: {writes}");
+        assert_eq!(errno(&writes[t]), Some(EROFS), "{t}: {}", writes[t]);
+    }
+    // The session's copy of the input is still what was taken in.
+    let (manifest, _) = g.json(["show", &run.staged(), "--json"]);
+    let copy = g
+        .home
+        .join("sessions")
+        .join(run.session())
+        .join("input/doc.txt");
+    assert_eq!(manifest["inputs"][0]["sha256"], sha256_file(&copy));
+    assert_eq!(std::fs::read(&copy).unwrap(), b"evidence");
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+// ------------------------------------------------------------------------------- privileges
+
+/// Attacks the policy's non-root `user` (plan.rs `build` → `user`), container.rs
+/// `hardened_host_config` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
+/// noexec,nosuid output volume (plan.rs `OutputVolume::mount_options`): setuid(0) fails, every
+/// capability set is empty, no_new_privs is set, and a setuid file cannot even be executed.
+#[test]
+fn the_worker_cannot_become_root_or_gain_capabilities() {
+    let g = Golem::new();
+    let (run, p, _) = probe(&g, |_| {});
+    assert_eq!(
+        (p["uid"].as_i64(), p["euid"].as_i64()),
+        (Some(65534), Some(65534))
+    );
+    assert_eq!(
+        (p["gid"].as_i64(), p["egid"].as_i64()),
+        (Some(65534), Some(65534))
+    );
+    let su = &p["setuid_root"];
+    assert_eq!(errno(&su["setuid"]), Some(EPERM), "{su}");
+    assert_eq!(errno(&su["setgid"]), Some(EPERM), "{su}");
+    assert_eq!(
+        (su["uid_after"].as_i64(), su["euid_after"].as_i64()),
+        (Some(65534), Some(65534))
+    );
+    for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
+        assert_eq!(p[set], "0000000000000000", "{set}");
+    }
+    assert_eq!(p["no_new_privs"], "1");
+    // Seccomp is on (mode 2, filter): the engine's default profile.
+    assert_eq!(p["seccomp"], "2");
+    // Writable places are noexec: nothing planted can be run, setuid or not.
+    for place in ["can_write_tmp_and_exec", "can_write_output_and_exec"] {
+        assert_eq!(p[place]["write"]["ok"], true, "{place}: {}", p[place]);
+        assert_eq!(p[place]["exec"]["ok"], false, "{place}: {}", p[place]);
+    }
+    let plan = audited_plan(&g, &run.session());
+    assert_eq!(plan["user"], "65534:65534");
+    assert_eq!(plan["cap_drop"], serde_json::json!(["ALL"]));
+}
+
+/// Attacks the engine's defaults that golem-orch relies on and never loosens: no
+/// `privileged` (container.rs `hardened_host_config` sets `privileged: false`), no added
+/// capabilities (Docker's default set has no `CAP_SYS_ADMIN` even before `cap_drop: [ALL]`), and
+/// the default seccomp profile (no `security_opt` disables it). mount(2), a new user namespace
+/// (which would hand the worker capabilities inside it) and tracing PID 1 are all refused.
+#[test]
+fn mount_user_namespaces_and_ptrace_of_pid1_are_refused() {
+    let g = Golem::new();
+    let (_, p, _) = probe(&g, |_| {});
+    assert_eq!(
+        errno(&p["mount_attempt"]["mount"]),
+        Some(EPERM),
+        "{}",
+        p["mount_attempt"]
+    );
+    assert_eq!(p["unshare_userns"]["ok"], false, "{}", p["unshare_userns"]);
+    assert_eq!(
+        p["ptrace_attempt"]["pid1"]["ok"], false,
+        "{}",
+        p["ptrace_attempt"]
+    );
+    assert_eq!(errno(&p["ptrace_attempt"]["pid1"]), Some(EPERM));
+    let mounts = p["mountinfo"].as_str().unwrap_or("");
+    assert!(!mounts.contains(" /tmp/m "), "the mount happened: {mounts}");
+}
+
+/// Attacks the PID namespace every container gets (container.rs `worker_body` never sets
+/// `pid_mode`) and the shared uid 65534: another session's worker, running as the same uid at
+/// the same time, is not even visible, so it can be neither signalled nor traced.
+#[test]
+fn another_sessions_worker_cannot_be_seen_signalled_or_traced() {
+    let victim = Golem::new();
+    let mut victim_run = ChildGuard(Some(
+        victim
+            .cmd([
+                "run",
+                "--json",
+                "--image",
+                hostile_image(),
+                "--",
+                "sleep",
+                "300",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the victim"),
+    ));
+    assert!(
+        wait_until(Duration::from_secs(120), || victim.running_workers() == 1),
+        "the victim's worker never started"
+    );
+
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["procs"]);
+    run.assert_status("staged", 0);
+    // hostile-worker only looks at other processes as its container's PID 1; anything else
+    // means it shares a PID namespace with something.
+    let report = worker_report(&g.home, &run.session(), "procs");
+    assert!(
+        report["error"].is_null(),
+        "the worker is not PID 1 of its own PID namespace: {report}"
+    );
+    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["procs.json"]);
+    let procs = staged_json(&g, &run, "procs.json");
+    let list = procs["processes"].as_array().expect("process list");
+    assert_eq!(
+        list.len(),
+        1,
+        "the worker sees processes other than itself: {procs}"
+    );
+    assert_eq!(list[0]["self"], true);
+    assert_eq!(list[0]["pid"], 1);
+    assert!(!procs.to_string().contains("sleep 300"));
+
+    let victim_child = victim_run.0.take().expect("victim");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(victim_child.id() as i32, libc::SIGINT) };
+    let out = victim_child.wait_with_output().expect("victim");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    witness.assert_unchanged();
+    g.assert_clean();
+    victim.assert_clean();
+}
+
+// ---------------------------------------------------------------------------- the output
+
+/// Attacks extract.rs `extract` (only regular files and directories leave) and the audit of
+/// every refusal (session.rs `steps`, `entry.rejected`). session.rs checks the reasons in the
+/// manifest; this names every refusal in the audit log and shows the socket the worker made is
+/// nowhere in the stage (Docker's archiver drops sockets, so it cannot even be listed).
+#[test]
+fn links_fifos_setuid_files_and_sockets_are_refused_and_audited_by_name() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["symlinks"]);
+    run.assert_status("staged", 0);
+    let report = worker_report(&g.home, &run.session(), "symlinks");
+    for step in ["passwd -> /etc/passwd", "root -> /", "fifo", "sock"] {
+        assert_eq!(
+            report["steps"][step]["ok"], true,
+            "the worker could not even try {step}: {report}"
+        );
+    }
+    assert_eq!(report["steps"]["suid"]["mode"], "4755", "{report}");
+    let staged = assert_untrusted_stage(&g, &run.staged());
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    assert!(staged == ["ok.txt"] || staged == ["hard"], "{staged:?}");
+    let audited = audited_rejections(&g, &run.session());
+    let reason = |name: &str| {
+        audited
+            .iter()
+            .find(|(p, _)| p == &format!("output/{name}"))
+            .map(|(_, r)| r.as_str())
+            .unwrap_or_else(|| panic!("output/{name} not audited: {audited:?}"))
+    };
+    assert_eq!(reason("passwd"), "symlink to /etc/passwd");
+    assert_eq!(reason("root"), "symlink to /");
+    assert_eq!(reason("fifo"), "fifo");
+    assert_eq!(reason("suid"), "setuid bit");
+    let hard = if staged == ["ok.txt"] {
+        "hard"
+    } else {
+        "ok.txt"
+    };
+    assert!(reason(hard).starts_with("hard link to"), "{audited:?}");
+    assert!(!audited.iter().any(|(p, _)| p.ends_with("sock")));
+    assert_eq!(audited.len(), 5, "{audited:?}");
+    assert_eq!(run.json["rejected"], 5);
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks the output volume mount (container.rs `output_mount`: /output is a mount point the
+/// worker cannot remove, rename or replace) and extract.rs `check_root_entry` (an archive whose
+/// first entry is not the /output directory is refused whole). Every replacement fails with the
+/// kernel's errno, the symlinks left inside are refused by name, and nothing escapes to the host.
+#[test]
+fn replacing_the_output_directory_fails_and_nothing_escapes() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["replace-output"]);
+    run.assert_status("staged", 0);
+    let steps = worker_report(&g.home, &run.session(), "replace-output")["steps"].clone();
+    for step in [
+        "remove_dir output",
+        "rename output away",
+        "symlink output -> /",
+        "create output/../escaped",
+        "rename output/x to output/../x",
+        "write through output/x/pwned",
+    ] {
+        assert_eq!(steps[step]["ok"], false, "{step} succeeded: {steps}");
+    }
+    assert_eq!(steps["output after"]["is_symlink"], false, "{steps}");
+    assert_eq!(
+        assert_untrusted_stage(&g, &run.staged()),
+        Vec::<String>::new()
+    );
+    let mut audited = audited_rejections(&g, &run.session());
+    audited.sort();
+    assert_eq!(
+        audited,
+        [
+            ("output/up".to_string(), "symlink to ..".to_string()),
+            ("output/x".to_string(), "symlink to /".to_string()),
+        ]
+    );
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks extract.rs `parse_name` (UTF-8 only, no control characters, components of at most
+/// `MAX_COMPONENT_BYTES`): each hostile name is refused with its reason, in the audit log too.
+#[test]
+fn non_utf8_overlong_and_newline_names_are_refused_with_their_reasons() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["names"]);
+    run.assert_status("staged", 0);
+    let steps = worker_report(&g.home, &run.session(), "names")["steps"].clone();
+    for step in ["invalid utf-8 name", "255-byte name", "newline in name"] {
+        assert_eq!(steps[step]["ok"], true, "the worker could not make {step}");
+    }
+    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
+    let audited = audited_rejections(&g, &run.session());
+    let (manifest, _) = g.json(["show", &run.staged(), "--json"]);
+    let in_manifest: Vec<(String, String)> = manifest["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        audited, in_manifest,
+        "the audit log and the manifest disagree"
+    );
+    let find = |needle: &str| {
+        audited
+            .iter()
+            .find(|(_, r)| r.contains(needle))
+            .unwrap_or_else(|| panic!("no rejection for {needle:?}: {audited:?}"))
+            .clone()
+    };
+    let (path, _) = find("name is not valid UTF-8");
+    assert!(path.starts_with("output/bad"), "{path}");
+    let (path, reason) = find("path component too long");
+    assert_eq!(reason, "path component too long: 255 bytes > 128");
+    assert_eq!(path, format!("output/{}", "n".repeat(255)));
+    let (path, reason) = find("control character");
+    assert_eq!(reason, "control character U+000A in name");
+    assert_eq!(
+        path, "output/new\\u{a}line",
+        "the name is shown escaped, on one line"
+    );
+    assert_eq!(audited.len(), 3, "{audited:?}");
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks the volume's `nr_inodes` (plan.rs `build`: `max_files * 2 + 16`, applied by
+/// `OutputVolume::mount_options`) and extract.rs's `max_files` check: with the untrusted
+/// policy as shipped, 100,000 empty files (which cost no bytes, so `size=` cannot stop them)
+/// are stopped by the kernel after a few hundred, and the output is rejected as a whole.
+#[test]
+fn a_hundred_thousand_files_are_stopped_by_the_kernel_and_rejected_whole() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["many", "100000", "empty"]);
+    run.assert_status("rejected", 6);
+    run.assert_one_error_line("rejected");
+    let max_files = untrusted().output.max_files;
+    let too_many = format!("archive has more than {max_files} files");
+    assert!(run.stderr.contains(&too_many), "{}", run.stderr);
+    assert!(run.json["staged"].is_null());
+    let max_inodes = audited_plan(&g, &run.session())["output"]["max_inodes"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(max_inodes, max_files * 2 + 16);
+    let files = worker_report(&g.home, &run.session(), "many")["steps"]["files"].clone();
+    let created = files["created"].as_u64().unwrap();
+    assert!(
+        created < max_inodes,
+        "the kernel let {created} files through a {max_inodes}-inode volume"
+    );
+    assert_eq!(errno(&files), Some(ENOSPC), "{files}");
+    let (list, _) = g.json(["staged", "--json"]);
+    assert_eq!(list, serde_json::json!([]));
+    assert_no_half_stage(&g.home);
+    let rejected: Vec<Value> = audit_of(&g, &run.session())
+        .into_iter()
+        .filter(|r| r["event"] == "output.rejected")
+        .collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0]["data"]["error"], too_many.as_str());
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks extract.rs `process_file`'s per-file cap with the shipped policy (8 MiB): the one
+/// oversized file is refused by name in the audit log, the rest is staged.
+#[test]
+fn one_file_over_the_cap_is_refused_by_name_and_the_rest_staged() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let cap = untrusted().output.max_file_bytes.bytes();
+    let over = (cap + 1).to_string();
+    let run = hostile(&g, &[], &["bigfile", &over]);
+    run.assert_status("staged", 0);
+    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
+    assert_eq!(
+        audited_rejections(&g, &run.session()),
+        [(
+            "output/big".to_string(),
+            format!("file too large: {over} bytes > cap {cap}")
+        )]
+    );
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks the volume's `size=` (plan.rs `OutputVolume`, from `max_total_bytes`): with the
+/// shipped policy, a worker trying to fill the disk is stopped by the kernel at 32 MiB (ENOSPC),
+/// in a tmpfs that never touches the host's disk; its one huge file is then over the per-file
+/// cap and refused. session.rs covers a narrowed cap; this is the policy as shipped.
+#[test]
+fn filling_the_disk_stops_at_the_volume_size_with_the_shipped_policy() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["fill"]);
+    run.assert_status("staged", 0);
+    let big = worker_report(&g.home, &run.session(), "fill")["steps"]["big"].clone();
+    assert_eq!(errno(&big), Some(ENOSPC), "{big}");
+    let written = big["bytes_written"].as_u64().unwrap();
+    assert!(
+        written <= untrusted().output.max_total_bytes.bytes(),
+        "{written} bytes written"
+    );
+    assert!(
+        written > untrusted().output.max_file_bytes.bytes(),
+        "the fill stopped early: {big}"
+    );
+    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
+    let audited = audited_rejections(&g, &run.session());
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    assert_eq!(audited[0].0, "output/big");
+    assert!(audited[0].1.starts_with("file too large"), "{audited:?}");
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+// ---------------------------------------------------------------------------- resources
+
+/// Processes of a finished fork bomb still alive on the host.
+fn forkbomb_survivors() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .map(|c| c.starts_with(b"/hostile-worker\0forkbomb\0"))
+                        .unwrap_or(false)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Attacks plan.rs `build` `pids_limit` (the policy's `resources.pids`, 64 for untrusted),
+/// applied by container.rs `hardened_host_config`: the bomb (bounded at 1000 so a broken limit
+/// cannot hurt a shared host) gets EAGAIN below the limit, its main process still reports and
+/// exits, the session finishes, and no forked process survives the container.
+#[test]
+fn a_fork_bomb_hits_the_pids_limit_and_the_session_still_finishes() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["forkbomb", "1000"]);
+    run.assert_status("staged", 0);
+    let bomb = worker_report(&g.home, &run.session(), "forkbomb");
+    let forked = bomb["forked"].as_u64().unwrap();
+    let pids = untrusted().resources.pids;
+    assert!(forked < pids, "forked {forked} processes: {bomb}");
+    assert_eq!(errno(&bomb), Some(EAGAIN), "{bomb}");
+    assert_eq!(audited_plan(&g, &run.session())["pids_limit"], pids);
+    assert_eq!(
+        assert_untrusted_stage(&g, &run.staged()),
+        Vec::<String>::new()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || forkbomb_survivors().is_empty()),
+        "fork bomb processes outlived their container: {:?}",
+        forkbomb_survivors()
+    );
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks session.rs `steps` → container.rs `wait` (SIGKILL at the wall-clock limit) with a
+/// worker that never sleeps. Without the kill the run would hang (the test's hang guard then
+/// fails it). The CPU limit (`nano_cpus`) is in the audited plan.
+#[test]
+fn a_cpu_spin_past_its_timeout_is_killed_and_reported() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &["--timeout", "2s"], &["spin"]);
+    run.assert_status("timeout", 4);
+    run.assert_one_error_line("timeout");
+    assert!(
+        run.stderr.contains("killed after the 2s timeout"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.json["timed_out"], true);
+    assert!(run.json["staged"].is_null());
+    let events = audit_of(&g, &run.session());
+    let exited = events
+        .iter()
+        .find(|r| r["event"] == "container.exited")
+        .expect("exit audited");
+    assert_eq!(exited["data"]["timed_out"], true);
+    let plan = audited_plan(&g, &run.session());
+    assert_eq!(plan["timeout_secs"], 2);
+    assert_eq!(plan["nano_cpus"], 1_000_000_000u64);
+    assert!(events
+        .iter()
+        .any(|r| r["event"] == "session.finished" && r["data"]["status"] == "timeout"));
+    assert_no_half_stage(&g.home);
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// Attacks session.rs `run`'s cancel path (`container::kill`, SIGKILL, never a polite stop) with a
+/// worker that ignores SIGTERM and SIGINT, when the person stops golem-orch with SIGTERM.
+/// session.rs covers the timeout path and Ctrl-C with a sleeping worker.
+#[test]
+fn a_worker_ignoring_sigterm_is_still_stopped_when_the_person_cancels() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let child = g
+        .cmd([
+            "run",
+            "--json",
+            "--image",
+            hostile_image(),
+            "--",
+            "ignore-term",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(
+        wait_until(Duration::from_secs(120), || g.running_workers() == 1),
+        "worker never started"
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let run = parse_run(&child.wait_with_output().expect("wait"));
+    run.assert_status("cancelled", 130);
+    run.assert_one_error_line("cancelled");
+    assert!(run.json["staged"].is_null());
+    assert!(audit_of(&g, &run.session())
+        .iter()
+        .any(|r| r["event"] == "session.finished" && r["data"]["status"] == "cancelled"));
+    assert_no_half_stage(&g.home);
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+// ---------------------------------------------------------------------------- credentials
+
+/// Attacks plan.rs `build` (the environment is exactly the policy's `env.set` plus `env.pass`,
+/// empty in every shipped policy) and container.rs `worker_body` (`env` from the plan only):
+/// golem-orch runs with cloud keys, tokens, an ssh agent socket, a git askpass helper, Docker
+/// settings and a HOME full of credentials; none of it is visible inside.
+#[test]
+fn the_hosts_environment_and_credentials_do_not_leak_in() {
+    let g = Golem::new();
+    let fake_home = tempfile::tempdir().expect("fake home");
+    let fh = fake_home.path().canonicalize().unwrap();
+    let canary = |what: &str| format!("golem-canary-{what}-7f3a9c");
+    for (file, what) in [
+        (".ssh/id_ed25519", "ssh-key"),
+        (".aws/credentials", "aws-file"),
+        (".docker/config.json", "docker-config"),
+        (".git-credentials", "git-credentials"),
+        (".netrc", "netrc"),
+        (".config/gh/hosts.yml", "gh-hosts"),
+    ] {
+        let path = fh.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, canary(what)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    // A live agent socket, as ssh-agent would leave.
+    let agent = fh.join("agent.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&agent).expect("agent socket");
+    let secrets: Vec<(&str, String)> = vec![
+        ("AWS_SECRET_ACCESS_KEY", canary("aws-secret")),
+        ("AWS_ACCESS_KEY_ID", canary("aws-id")),
+        ("AWS_SESSION_TOKEN", canary("aws-session")),
+        ("GITHUB_TOKEN", canary("github")),
+        ("GH_TOKEN", canary("gh")),
+        ("NPM_TOKEN", canary("npm")),
+        (
+            "GIT_ASKPASS",
+            format!("/usr/local/bin/{}", canary("askpass")),
+        ),
+        ("SSH_AUTH_SOCK", agent.display().to_string()),
+        ("DOCKER_CONFIG", fh.join(".docker").display().to_string()),
+        (
+            "DOCKER_CERT_PATH",
+            format!("/certs/{}", canary("docker-cert")),
+        ),
+        ("KUBECONFIG", format!("/kube/{}", canary("kubeconfig"))),
+        ("HOME", fh.display().to_string()),
+    ];
+    let set_env = |cmd: &mut Command| {
+        for (k, v) in &secrets {
+            cmd.env(k, v);
+        }
+    };
+    let (run, p, text) = probe(&g, set_env);
+    let env = p["env"].as_object().expect("env");
+    let mut keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["HOME", "HOSTNAME", "LANG", "PATH"], "{env:?}");
+    assert_eq!(env["HOME"], "/");
+    for (k, v) in &secrets {
+        assert!(
+            !text.contains(v.as_str()),
+            "{k}'s value leaked into the container"
+        );
+    }
+    let plan = audited_plan(&g, &run.session());
+    assert_eq!(plan["env"], serde_json::json!({"LANG": "C.UTF-8"}));
+
+    // The files behind those variables are not there either.
+    let paths = [
+        fh.join(".ssh/id_ed25519"),
+        fh.join(".aws/credentials"),
+        agent.clone(),
+        fh.clone(),
+        PathBuf::from("/.ssh/id_ed25519"),
+        PathBuf::from("/.aws/credentials"),
+        PathBuf::from("/.docker/config.json"),
+        PathBuf::from("/root/.ssh"),
+    ];
+    let mut mode = vec!["try-read".to_string()];
+    mode.extend(paths.iter().map(|p| p.display().to_string()));
+    let mode: Vec<&str> = mode.iter().map(String::as_str).collect();
+    let witness = HostWitness::take(&g);
+    let run = hostile_with(&g, &[], &mode, set_env);
+    run.assert_status("staged", 0);
+    let reads = staged_json(&g, &run, "reads.json");
+    for p in &paths {
+        let r = &reads[p.display().to_string()];
+        assert_eq!(r["exists"], false, "{}: {r}", p.display());
+    }
+    // The paths above were the worker's arguments; what must not appear is any credential.
+    let everything = format!(
+        "{reads} {} {}",
+        std::fs::read_to_string(g.home.join("sessions").join(run.session()).join("logs.txt"))
+            .unwrap_or_default(),
+        run.json
+    );
+    assert!(
+        !everything.contains("golem-canary-"),
+        "a credential leaked: {everything}"
+    );
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
+// ---------------------------------------------------------------------------- other sessions
+
+/// Kills a golem-orch child when a test ends early, so a failing test leaves no orchestrator.
+pub struct ChildGuard(pub Option<std::process::Child>);
+
+impl ChildGuard {
+    /// SIGKILLs the child now and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Removes the engine objects labelled with a state directory the harness does not know about
+/// (one inside the project), whatever happens to the test.
+pub struct LabelGuard(pub PathBuf);
+
+impl Drop for LabelGuard {
+    fn drop(&mut self) {
+        let label = format!("label=golem.home={}", self.0.display());
+        for id in docker_lines(&["ps", "-aq", "--filter", &label]) {
+            let _ = Command::new("docker").args(["rm", "-fv", &id]).output();
+        }
+        for v in docker_lines(&["volume", "ls", "-q", "--filter", &label]) {
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", &v])
+                .output();
+        }
+    }
+}
+
+/// Waits for `child`'s stderr to print `line`; returns the rest of stderr as a channel.
+pub fn wait_for_stderr_line(
+    child: &mut std::process::Child,
+    line: &str,
+    limit: Duration,
+) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    while start.elapsed() < limit {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) if l == line => return rx,
+            Ok(l) => seen.push(l),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    panic!("golem-orch never printed {line:?}; stderr: {seen:?}");
+}
+
+/// Attacks the state directory's isolation: plan.rs `build` never binds the state directory,
+/// and when it lies inside a repository that `full` mounts read-write, masks it with an empty
+/// read-only tmpfs (`masks`, container.rs `worker_body`). A `full` worker tries to write into
+/// a second session's stage while that session is half-way through staging (`.tmp-<id>`), into
+/// an earlier staged commit, to forge a new one, and through the host's absolute paths; a
+/// `session` worker tries to climb out of /workspace. All fail, and both stages are unchanged.
+#[test]
+fn a_worker_cannot_write_into_another_sessions_stage() {
+    let g = Golem::new();
+    let status = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(g.project.path())
+        .status()
+        .expect("git");
+    assert!(status.success());
+    let home = g.project.path().join(".golem");
+    let in_repo = |cmd: &mut Command| {
+        cmd.env("GOLEM_HOME", g.project.path().join(".golem"));
+    };
+
+    std::fs::create_dir_all(&home).unwrap();
+    let home = home.canonicalize().unwrap();
+    let _engine = LabelGuard(home.clone());
+
+    // An earlier staged commit.
+    let earlier = hostile_with(&g, &[], &["exit", "0"], in_repo);
+    earlier.assert_status("staged", 0);
+    let earlier_id = earlier.staged();
+
+    // A second session, stopped half-way through staging: its `.tmp-<id>` holds its files.
+    let mut second = g.cmd([
+        "run",
+        "--json",
+        "--image",
+        hostile_image(),
+        "--",
+        "exit",
+        "0",
+    ]);
+    in_repo(&mut second);
+    let mut second = ChildGuard(Some(
+        second
+            .env("GOLEM_FAILPOINT", "staging")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the second session"),
+    ));
+    let _stderr = wait_for_stderr_line(
+        second.0.as_mut().unwrap(),
+        "golem-orch: failpoint staging reached",
+        Duration::from_secs(120),
+    );
+    let tmp: Vec<String> = std::fs::read_dir(home.join("staged"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".tmp-"))
+        .collect();
+    assert_eq!(tmp.len(), 1, "{tmp:?}");
+    let tmp = tmp[0].clone();
+    assert!(home
+        .join("staged")
+        .join(&tmp)
+        .join("files/ok.txt")
+        .is_file());
+
+    // Only golem-orch's mounts stand in the way, not the host's file modes.
+    assert!(Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(g.project.path())
+        .status()
+        .unwrap()
+        .success());
+    let before_tmp = tree(&home.join("staged").join(&tmp));
+    let before_earlier = tree(&home.join("staged").join(&earlier_id));
+    let targets = [
+        format!("/repo/.golem/staged/{tmp}/files/evil.txt"),
+        format!("/repo/.golem/staged/{tmp}/manifest.json"),
+        format!("/repo/.golem/staged/{earlier_id}/files/ok.txt"),
+        "/repo/.golem/staged/0123456789abcdef0123456789abcdef/manifest.json".to_string(),
+        "/repo/.golem/audit.jsonl".to_string(),
+        format!("{}/staged/{tmp}/files/evil.txt", home.display()),
+        format!("{}/staged/{earlier_id}/files/ok.txt", home.display()),
+        "/workspace/../staged/evil.txt".to_string(),
+    ];
+    let mut mode = vec!["try-write"];
+    mode.extend(targets.iter().map(String::as_str));
+    let attacker = hostile_with(&g, &["--full"], &mode, in_repo);
+    attacker.assert_status("staged", 0);
+    let writes: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            home.join("staged")
+                .join(attacker.staged())
+                .join("files/writes.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for t in &targets {
+        assert_eq!(writes[t]["ok"], false, "{t} was writable: {writes}");
+    }
+    assert_eq!(
+        writes["/repo/.golem/audit.jsonl"]["listing"],
+        serde_json::json!([]),
+        "the state directory is visible at /repo/.golem"
+    );
+
+    assert_eq!(
+        tree(&home.join("staged").join(&tmp)),
+        before_tmp,
+        "the half-built staged commit changed"
+    );
+    assert_eq!(tree(&home.join("staged").join(&earlier_id)), before_earlier);
+
+    // Stop the half-staged session; the next run in this state directory tidies it up.
+    second.kill();
+    let climber = hostile_with(
+        &g,
+        &["--session"],
+        &[
+            "try-write",
+            "/workspace/../evil.txt",
+            "/workspace/../../audit.jsonl",
+        ],
+        in_repo,
+    );
+    climber.assert_status("staged", 0);
+    let writes: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            home.join("staged")
+                .join(climber.staged())
+                .join("files/writes.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    // `..` resolves inside the container's own tree: /workspace/.. is its read-only root.
+    for t in ["/workspace/../evil.txt", "/workspace/../../audit.jsonl"] {
+        assert_eq!(writes[t]["ok"], false, "{t}: {writes}");
+        assert_eq!(errno(&writes[t]), Some(EROFS), "{t}: {writes}");
+    }
+
+    // The earlier commit is untouched; the half-built one was removed whole by the next run.
+    assert_eq!(tree(&home.join("staged").join(&earlier_id)), before_earlier);
+    assert!(!home.join("staged").join(&tmp).exists());
+    assert!(!home
+        .join("staged/0123456789abcdef0123456789abcdef")
+        .exists());
+    assert!(!home.join("evil.txt").exists() && !home.join("staged/evil.txt").exists());
+    assert_no_half_stage(&home);
+    assert!(g
+        .cmd(["audit", "--verify"])
+        .env("GOLEM_HOME", &home)
+        .status()
+        .unwrap()
+        .success());
+    let label = format!("label=golem.home={}", home.display());
+    assert!(docker_lines(&["ps", "-aq", "--filter", &label]).is_empty());
+    assert!(docker_lines(&["volume", "ls", "-q", "--filter", &label]).is_empty());
+}
