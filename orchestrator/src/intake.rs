@@ -501,9 +501,6 @@ mod tests {
                     }
                 }
                 let _ = stream.write_all(&respond(&path));
-                if path == "/stop" {
-                    break;
-                }
             }
         });
         (base, handle)
@@ -579,8 +576,6 @@ mod tests {
                 "{path}: partial file left"
             );
         }
-        let _ = classify(&[format!("{base}/stop")])
-            .map(|s| futures_util::FutureExt::now_or_never(intake(&s, dest.path(), &limits())));
     }
 
     #[tokio::test]
