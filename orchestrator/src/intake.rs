@@ -143,6 +143,8 @@ fn classify_one(arg: &str) -> Result<Source, IntakeError> {
             source: e,
         },
     })?;
+    // The name ends up under /input and in reports: refuse a bad one before anything is created.
+    checked_name(&path)?;
     if meta.is_file() {
         Ok(Source::File(path))
     } else if meta.is_dir() {
@@ -661,11 +663,17 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, IntakeError::Symlink(_)), "{err}");
 
+        // A bad name given directly is refused before anything is copied...
         let bad = src.path().join("evil\nname.txt");
         std::fs::write(&bad, "x").unwrap();
+        let err = classify(&[bad.display().to_string()]).unwrap_err();
+        assert!(matches!(err, IntakeError::BadName(_)), "{err}");
+        // ...and one found inside a directory is refused while copying.
+        std::fs::remove_file(src.path().join("d/passwd")).unwrap();
+        std::fs::write(src.path().join("d/evil\nname.txt"), "x").unwrap();
         let dest = tempfile::tempdir().unwrap();
         let err = intake(
-            &classify(&[bad.display().to_string()]).unwrap(),
+            &classify(&[src.path().join("d").display().to_string()]).unwrap(),
             dest.path(),
             &limits(),
         )

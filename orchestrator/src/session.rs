@@ -337,6 +337,21 @@ pub async fn run_resolved(
     images: &Images,
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SessionError> {
+    // A plan that cannot be made (a network the level forbids, a repository level without a
+    // repository) is bad input: refuse it before a session exists. Nothing is created here.
+    let probe_paths = host_paths(home, "validate", &opts.policy, opts.repo.clone(), false)?;
+    plan::build(
+        "validate",
+        &opts.policy,
+        &probe_paths,
+        &plan::Command {
+            image: images.worker.image.clone(),
+            entrypoint: None,
+            cmd: images.worker.cmd.clone(),
+        },
+        BTreeMap::new(),
+        opts.allow_network,
+    )?;
     let audit = Audit::new(home.audit_path());
     let owner = Owner::current();
     let id = home::new_id();
