@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::harness::{docker_lines, hostile_image, wait_until, Golem};
+use crate::harness::{engine_resources, hostile_image, remove_engine_resources, wait_until, Golem};
 
 /// Longest a session of these tests may take before the test gives up on it: a hang guard (a
 /// removed timeout would otherwise hang the suite), not a timing assertion.
@@ -1227,15 +1227,7 @@ pub struct LabelGuard(pub PathBuf);
 
 impl Drop for LabelGuard {
     fn drop(&mut self) {
-        let label = format!("label=golem.home={}", self.0.display());
-        for id in docker_lines(&["ps", "-aq", "--filter", &label]) {
-            let _ = Command::new("docker").args(["rm", "-fv", &id]).output();
-        }
-        for v in docker_lines(&["volume", "ls", "-q", "--filter", &label]) {
-            let _ = Command::new("docker")
-                .args(["volume", "rm", "-f", &v])
-                .output();
-        }
+        remove_engine_resources(&self.0);
     }
 }
 
@@ -1426,7 +1418,5 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         .status()
         .unwrap()
         .success());
-    let label = format!("label=golem.home={}", home.display());
-    assert!(docker_lines(&["ps", "-aq", "--filter", &label]).is_empty());
-    assert!(docker_lines(&["volume", "ls", "-q", "--filter", &label]).is_empty());
+    assert!(engine_resources(&home).is_empty());
 }

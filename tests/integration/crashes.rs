@@ -22,7 +22,7 @@ use crate::attacks::{
     assert_no_half_stage, hostile, parse_run, run_bounded, tree, wait_for_stderr_line, ChildGuard,
     HANG_GUARD,
 };
-use crate::harness::{docker_lines, hostile_image, stderr_text, wait_until, Golem};
+use crate::harness::{engine_resources, hostile_image, stderr_text, wait_until, Golem};
 
 /// Serialises the crash tests (see the module documentation).
 static CRASH_LOCK: Mutex<()> = Mutex::new(());
@@ -680,9 +680,7 @@ fn a_full_disk_while_staging_leaves_no_partial_stage() {
         .status()
         .unwrap()
         .success());
-    let label = format!("label=golem.home={}", home.display());
-    assert!(docker_lines(&["ps", "-aq", "--filter", &label]).is_empty());
-    assert!(docker_lines(&["volume", "ls", "-q", "--filter", &label]).is_empty());
+    assert!(engine_resources(&home).is_empty());
 }
 
 /// The same, in a batch (batch.rs `run`): the first document is staged, the engine goes away

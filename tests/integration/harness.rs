@@ -102,10 +102,7 @@ impl Golem {
 
     /// Containers and volumes of this state directory still in the engine.
     pub fn leftovers(&self) -> Vec<String> {
-        let label = format!("label=golem.home={}", self.home.display());
-        let mut found = docker_lines(&["ps", "-aq", "--filter", &label]);
-        found.extend(docker_lines(&["volume", "ls", "-q", "--filter", &label]));
-        found
+        engine_resources(&self.home)
     }
 
     /// Worker containers of this test running right now, as the engine sees them.
@@ -135,15 +132,28 @@ impl Golem {
 impl Drop for Golem {
     /// Removes anything a failing test left, so one failure does not cascade into the engine.
     fn drop(&mut self) {
-        let label = format!("label=golem.home={}", self.home.display());
-        for id in docker_lines(&["ps", "-aq", "--filter", &label]) {
-            let _ = Command::new("docker").args(["rm", "-fv", &id]).output();
-        }
-        for v in docker_lines(&["volume", "ls", "-q", "--filter", &label]) {
-            let _ = Command::new("docker")
-                .args(["volume", "rm", "-f", &v])
-                .output();
-        }
+        remove_engine_resources(&self.home);
+    }
+}
+
+/// Containers and volumes labelled with the state directory `home`.
+pub fn engine_resources(home: &Path) -> Vec<String> {
+    let label = format!("label=golem.home={}", home.display());
+    let mut found = docker_lines(&["ps", "-aq", "--filter", &label]);
+    found.extend(docker_lines(&["volume", "ls", "-q", "--filter", &label]));
+    found
+}
+
+/// Force-removes everything labelled with `home` (cleanup after a failing test).
+pub fn remove_engine_resources(home: &Path) {
+    let label = format!("label=golem.home={}", home.display());
+    for id in docker_lines(&["ps", "-aq", "--filter", &label]) {
+        let _ = Command::new("docker").args(["rm", "-fv", &id]).output();
+    }
+    for v in docker_lines(&["volume", "ls", "-q", "--filter", &label]) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", &v])
+            .output();
     }
 }
 

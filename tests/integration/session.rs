@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{docker_lines, hostile_image, stderr_text, wait_until, Golem};
+use crate::harness::{engine_resources, hostile_image, stderr_text, wait_until, Golem};
 
 fn rejected_reasons(manifest: &Value) -> Vec<(String, String)> {
     manifest["rejected"]
@@ -662,14 +662,6 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
         .status()
         .unwrap()
         .success());
-    let label = format!(
-        "label=golem.home={}",
-        g.project
-            .path()
-            .join(".golem")
-            .canonicalize()
-            .unwrap()
-            .display()
-    );
-    assert!(docker_lines(&["ps", "-aq", "--filter", &label]).is_empty());
+    let state = g.project.path().join(".golem").canonicalize().unwrap();
+    assert!(engine_resources(&state).is_empty());
 }
