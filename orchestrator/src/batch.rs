@@ -235,6 +235,9 @@ pub enum BatchError {
     /// Nothing to do.
     #[error("no documents found in the given inputs")]
     Empty,
+    /// A batch id that matches no record, or several.
+    #[error(transparent)]
+    Home(#[from] crate::home::HomeError),
 }
 
 /// Receives progress as documents start and finish (a progress bar, plain lines, or nothing).
@@ -254,32 +257,10 @@ pub fn dir(home: &Home) -> std::path::PathBuf {
 pub fn load(home: &Home, id: &str) -> Result<Record, BatchError> {
     let d = dir(home);
     std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
-    let full = resolve(&d, id)?;
+    let full = home::resolve_id_in(&d, id, "batch record", ".json")?;
     let path = d.join(format!("{full}.json"));
     let text = std::fs::read(&path).map_err(|e| record_err(&path, e))?;
     serde_json::from_slice(&text).map_err(|e| record_err(&path, e))
-}
-
-fn resolve(d: &Path, id: &str) -> Result<String, BatchError> {
-    let prefix = id.to_ascii_lowercase();
-    let ok = prefix.len() >= 4 && prefix.chars().all(|c| c.is_ascii_hexdigit());
-    let mut found: Vec<String> = std::fs::read_dir(d)
-        .map_err(|e| record_err(d, e))?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
-        .filter(|n| ok && n.starts_with(&prefix))
-        .collect();
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(BatchError::Record {
-            path: d.display().to_string(),
-            message: format!("no batch matches {id:?}"),
-        }),
-        _ => Err(BatchError::Record {
-            path: d.display().to_string(),
-            message: format!("{id:?} matches several batches; give more characters"),
-        }),
-    }
 }
 
 fn record_err(path: &Path, e: impl std::fmt::Display) -> BatchError {

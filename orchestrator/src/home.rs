@@ -107,6 +107,16 @@ pub fn short(id: &str) -> &str {
 
 /// Resolves a full id or unique prefix among the entries of `dir`.
 pub fn resolve_id(dir: &Path, prefix: &str, kind: &'static str) -> Result<String, HomeError> {
+    resolve_id_in(dir, prefix, kind, "")
+}
+
+/// [`resolve_id`] among entries named `<id><suffix>` (for example batch records, `<id>.json`).
+pub fn resolve_id_in(
+    dir: &Path,
+    prefix: &str,
+    kind: &'static str,
+    suffix: &str,
+) -> Result<String, HomeError> {
     let not_found = || HomeError::NotFound {
         kind,
         id: prefix.to_string(),
@@ -122,6 +132,7 @@ pub fn resolve_id(dir: &Path, prefix: &str, kind: &'static str) -> Result<String
         })?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(suffix).map(str::to_string))
         .filter(|name| name.len() == 32 && name.starts_with(&prefix))
         .collect();
     found.sort();
