@@ -23,7 +23,7 @@ docker_once() {
     --user 65534:65534 --memory 512m --memory-swap 512m --cpus 1 --pids-limit 64 \
     --tmpfs /tmp:rw,noexec,nosuid,nodev,size=64m --log-opt max-size=1m \
     --mount "type=bind,source=$work/doc.txt,target=/input/doc.txt,readonly" \
-    --mount "type=bind,source=$out,target=/output" "$tag" report >/dev/null
+    --mount "type=bind,source=$out,target=/output" "$tag" report >/dev/null 2>&1
 }
 golem_once; docker_once   # warm up
 g=(); d=()

@@ -793,7 +793,11 @@ fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<Exi
         &paths,
         &plan::Command {
             image: opts.image.clone().unwrap_or_else(image::worker_tag),
-            entrypoint: None,
+            // A person's image is not inspected in a dry run (no engine call).
+            entrypoint: opts
+                .image
+                .is_none()
+                .then(|| vec![image::WORKER_ENTRYPOINT.to_string()]),
             cmd: command,
         },
         session::labels(&home, "(new session)", &owner),

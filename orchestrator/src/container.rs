@@ -1,40 +1,40 @@
-//! Engine operations for one session: the output volume, the holder, the worker, and cleanup.
+//! Engine operations for one session's worker container, and cleanup.
 //!
-//! Output design (measured on the target engine): a tmpfs mounted at `/output` is invisible to the
-//! archive API and gone when the container stops, and a plain volume has no size limit. So the
-//! output is a *tmpfs-backed local volume* whose `size=` and `nr_inodes=` are kernel-enforced caps,
-//! and a tiny "holder" container keeps that volume mounted after the worker exits, so the archive
-//! API can still read it. The worker gets ENOSPC at the cap; the host never holds more.
+//! Output design (measured on the target engine): the worker writes into a tmpfs at `/output`
+//! whose `size=` and `nr_inodes=` are kernel-enforced caps. The container's PID 1 is not the
+//! worker but golem-worker's `init`, bind-mounted read-only from the state directory: it runs the
+//! worker, SIGKILLs whatever the worker left running, and then writes `/output` to its stdout as a
+//! tar, which the host reads over the attach stream and validates entry by entry. So nothing but
+//! the one container is created per session (no volume, no second container, no archive call),
+//! and the init binary, unlike the image, is always ours. Its stream is still treated as hostile.
 //!
 //! Everything created is registered in a [`Tracker`] before use, so every exit path (success,
 //! failure, timeout, Ctrl-C) removes exactly what this session created.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
-    ResourcesUlimits, VolumeCreateRequest,
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
-    KillContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveVolumeOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
 };
 use bollard::Docker;
 use futures_util::{Stream, StreamExt};
 
 use crate::engine::{is_not_found, EngineError, LABEL_ROLE};
-use crate::plan::{ContainerPlan, LOG_MAX_SIZE};
+use crate::plan::ContainerPlan;
 
 /// Something the engine holds for a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resource {
     /// A container id or name.
     Container(String),
-    /// A volume name.
-    Volume(String),
 }
 
 /// The resources a session created, shared with the Ctrl-C path so cleanup never misses one.
@@ -68,26 +68,9 @@ pub struct Exit {
     pub oom_killed: bool,
 }
 
-/// Names for a session's engine objects, derived from the session id so they are unique and findable.
-#[derive(Debug, Clone)]
-pub struct Names {
-    /// Worker container.
-    pub worker: String,
-    /// Holder container.
-    pub holder: String,
-    /// Output volume.
-    pub volume: String,
-}
-
-impl Names {
-    /// Names for `session`.
-    pub fn for_session(session: &str) -> Names {
-        Names {
-            worker: format!("golem-{session}-worker"),
-            holder: format!("golem-{session}-holder"),
-            volume: format!("golem-{session}-output"),
-        }
-    }
+/// The worker container's name, derived from the session id so it is unique and findable.
+pub fn worker_name(session: &str) -> String {
+    format!("golem-{session}-worker")
 }
 
 fn labels_with_role(plan: &ContainerPlan, role: &str) -> HashMap<String, String> {
@@ -100,67 +83,47 @@ fn labels_with_role(plan: &ContainerPlan, role: &str) -> HashMap<String, String>
     labels
 }
 
-/// Creates the size-capped tmpfs output volume.
-pub async fn create_output_volume(
-    docker: &Docker,
-    plan: &ContainerPlan,
-    name: &str,
-) -> Result<(), EngineError> {
-    let request = VolumeCreateRequest {
-        name: Some(name.to_string()),
-        driver: Some("local".into()),
-        driver_opts: Some(HashMap::from([
-            ("type".to_string(), "tmpfs".to_string()),
-            ("device".to_string(), "tmpfs".to_string()),
-            ("o".to_string(), plan.output.mount_options()),
-        ])),
-        labels: Some(labels_with_role(plan, "output")),
+/// The worker's create body: exactly the plan, nothing added.
+pub fn worker_body(plan: &ContainerPlan) -> ContainerCreateBody {
+    let mut tmpfs: HashMap<String, String> = plan
+        .tmpfs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    tmpfs.insert(plan.output.target.clone(), plan.output.mount_options());
+    let bind = |b: &crate::plan::BindMount| Mount {
+        target: Some(b.target.clone()),
+        // A Mount (unlike a bind string) fails on a missing source instead of creating it.
+        source: Some(b.source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(b.read_only),
         ..Default::default()
     };
-    docker
-        .create_volume(request)
-        .await
-        .map_err(EngineError::api("creating the output volume"))?;
-    Ok(())
-}
-
-fn output_mount(plan: &ContainerPlan, volume: &str, read_only: bool) -> Mount {
-    Mount {
-        target: Some(plan.output.target.clone()),
-        source: Some(volume.to_string()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(read_only),
-        volume_options: Some(MountVolumeOptions {
-            // The image's directory must not be copied in: the volume's owner comes from its options.
-            no_copy: Some(true),
+    let mut mounts: Vec<Mount> = plan.binds.iter().map(bind).collect();
+    mounts.push(bind(&plan.init));
+    mounts.extend(plan.masks.iter().map(|target| Mount {
+        target: Some(target.clone()),
+        typ: Some(MountType::TMPFS),
+        read_only: Some(true),
+        tmpfs_options: Some(bollard::models::MountTmpfsOptions {
+            size_bytes: Some(4096),
+            mode: Some(0o500),
             ..Default::default()
         }),
         ..Default::default()
-    }
-}
-
-/// The hardening every container of a session shares.
-fn hardened_host_config(
-    plan: &ContainerPlan,
-    memory: u64,
-    pids: i64,
-    nano_cpus: i64,
-) -> HostConfig {
-    HostConfig {
+    }));
+    let no_network = plan.network == crate::policy::NetworkMode::None;
+    let host = HostConfig {
         network_mode: Some(plan.network.as_str().into()),
         readonly_rootfs: Some(plan.read_only_rootfs),
         cap_drop: Some(plan.cap_drop.clone()),
         security_opt: Some(plan.security_opt.clone()),
-        tmpfs: Some(
-            plan.tmpfs
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        memory: Some(i64::try_from(memory).unwrap_or(i64::MAX)),
-        memory_swap: Some(i64::try_from(memory).unwrap_or(i64::MAX)),
-        nano_cpus: Some(nano_cpus),
-        pids_limit: Some(pids),
+        tmpfs: Some(tmpfs),
+        mounts: Some(mounts),
+        memory: Some(i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX)),
+        memory_swap: Some(i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX)),
+        nano_cpus: Some(plan.nano_cpus),
+        pids_limit: Some(plan.pids_limit),
         ulimits: Some(vec![
             ResourcesUlimits {
                 name: Some("nofile".into()),
@@ -180,88 +143,38 @@ fn hardened_host_config(
         oom_score_adj: Some(1000),
         // Without a network nothing should resolve and resolv.conf should name no host
         // nameserver; with the opt-in network the engine's normal resolver applies.
-        dns: (plan.network == crate::policy::NetworkMode::None).then(|| vec!["127.0.0.1".into()]),
-        dns_search: (plan.network == crate::policy::NetworkMode::None).then(Vec::new),
-        dns_options: (plan.network == crate::policy::NetworkMode::None).then(Vec::new),
+        dns: no_network.then(|| vec!["127.0.0.1".into()]),
+        dns_search: no_network.then(Vec::new),
+        dns_options: no_network.then(Vec::new),
         privileged: Some(false),
         publish_all_ports: Some(false),
         shm_size: Some(1 << 20),
         runtime: plan.runtime.clone(),
+        // stdout carries the output archive and stderr the worker's messages, both read live
+        // over the attach stream (the session keeps at most 1 MiB of logs). No log driver: the
+        // engine would otherwise re-encode the whole archive into a log file on the host.
         log_config: Some(HostConfigLogConfig {
-            typ: Some("json-file".into()),
-            config: Some(HashMap::from([
-                ("max-size".to_string(), LOG_MAX_SIZE.to_string()),
-                ("max-file".to_string(), "1".to_string()),
-            ])),
+            typ: Some("none".into()),
+            config: None,
         }),
         ..Default::default()
-    }
-}
-
-/// The worker's create body: exactly the plan, nothing added.
-pub fn worker_body(plan: &ContainerPlan, volume: &str) -> ContainerCreateBody {
-    let mut host = hardened_host_config(plan, plan.memory_bytes, plan.pids_limit, plan.nano_cpus);
-    let mut mounts: Vec<Mount> = plan
-        .binds
-        .iter()
-        .map(|b| Mount {
-            target: Some(b.target.clone()),
-            // A Mount (unlike a bind string) fails on a missing source instead of creating it.
-            source: Some(b.source.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(b.read_only),
-            ..Default::default()
-        })
-        .collect();
-    mounts.push(output_mount(plan, volume, false));
-    mounts.extend(plan.masks.iter().map(|target| Mount {
-        target: Some(target.clone()),
-        typ: Some(MountType::TMPFS),
-        read_only: Some(true),
-        tmpfs_options: Some(bollard::models::MountTmpfsOptions {
-            size_bytes: Some(4096),
-            mode: Some(0o500),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }));
-    host.mounts = Some(mounts);
+    };
     ContainerCreateBody {
         image: Some(plan.image.clone()),
-        entrypoint: plan.entrypoint.clone(),
-        cmd: Some(plan.cmd.clone()),
+        entrypoint: Some(plan.container_entrypoint()),
+        // An explicit empty command: the image's CMD is never appended behind the plan's back.
+        cmd: Some(Vec::new()),
         user: Some(plan.user.clone()),
         env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         labels: Some(labels_with_role(plan, "worker")),
         hostname: Some("golem".into()),
         working_dir: Some(plan.output.target.clone()),
-        network_disabled: Some(plan.network == crate::policy::NetworkMode::None),
+        network_disabled: Some(no_network),
         attach_stdin: Some(false),
-        attach_stdout: Some(false),
-        attach_stderr: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
         tty: Some(false),
         open_stdin: Some(false),
-        host_config: Some(host),
-        ..Default::default()
-    }
-}
-
-/// The holder's create body: the worker image's `hold` command with almost nothing granted.
-pub fn holder_body(plan: &ContainerPlan, holder_image: &str, volume: &str) -> ContainerCreateBody {
-    // runc's init runs inside the container's cgroup before `hold` starts; 16 MiB was seen to
-    // OOM-kill it under load ("cannot start a stopped process"). A limit, not a reservation.
-    let mut host = hardened_host_config(plan, 64 << 20, 8, 100_000_000);
-    host.network_mode = Some("none".into());
-    host.runtime = None;
-    host.mounts = Some(vec![output_mount(plan, volume, true)]);
-    ContainerCreateBody {
-        image: Some(holder_image.to_string()),
-        entrypoint: Some(vec!["/golem-worker".into()]),
-        cmd: Some(vec!["hold".into()]),
-        user: Some(plan.user.clone()),
-        env: Some(Vec::new()),
-        labels: Some(labels_with_role(plan, "holder")),
-        network_disabled: Some(true),
         host_config: Some(host),
         ..Default::default()
     }
@@ -281,6 +194,25 @@ pub async fn create(
     Ok(created.id)
 }
 
+/// The container's stdout (the output archive) and stderr (its messages), demultiplexed.
+pub type Attached = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// Attaches to a created container's stdout and stderr. Done before the start, so not a byte
+/// is missed; the engine applies backpressure, so a slow reader slows the init, never loses data.
+pub async fn attach(docker: &Docker, id: &str) -> Result<Attached, EngineError> {
+    let options = AttachContainerOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .stream(true)
+        .logs(false)
+        .build();
+    let attached = docker
+        .attach_container(id, Some(options))
+        .await
+        .map_err(EngineError::api("attaching to the worker container"))?;
+    Ok(attached.output)
+}
+
 /// Starts a container; `role` names it in errors.
 pub async fn start(docker: &Docker, id: &str, role: &str) -> Result<(), EngineError> {
     docker
@@ -289,20 +221,21 @@ pub async fn start(docker: &Docker, id: &str, role: &str) -> Result<(), EngineEr
         .map_err(EngineError::api(format!("starting the {role} container")))
 }
 
-/// Waits for the worker to exit, killing it at the timeout; then reads its exit code and OOM flag.
-pub async fn wait(docker: &Docker, id: &str, timeout: Duration) -> Result<Exit, EngineError> {
-    let waited = tokio::time::timeout(timeout, wait_exit(docker, id)).await;
-    let timed_out = match waited {
-        Ok(result) => {
-            result?;
-            false
+/// How long a container whose streams have closed may take to be reported stopped.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits for a container that is ending (its streams closed, or it was killed), then reads its
+/// exit code and OOM flag. A container that does not stop is killed.
+pub async fn finished(docker: &Docker, id: &str, timed_out: bool) -> Result<Exit, EngineError> {
+    match tokio::time::timeout(STOP_WAIT, wait_exit(docker, id)).await {
+        Ok(waited) => {
+            waited?;
         }
         Err(_) => {
             kill(docker, id).await?;
             wait_exit(docker, id).await?;
-            true
         }
-    };
+    }
     let inspect = docker
         .inspect_container(id, None)
         .await
@@ -349,24 +282,43 @@ pub async fn kill(docker: &Docker, id: &str) -> Result<(), EngineError> {
     }
 }
 
-/// The container's output, at most `max` bytes, with control characters made visible.
+/// The worker's messages as they stream in, keeping at most `max` bytes.
 ///
-/// Logs are written by the untrusted worker; a person will read them in a terminal, so escape
-/// sequences must not reach it raw.
-pub async fn logs(docker: &Docker, id: &str, max: usize) -> Result<String, EngineError> {
-    let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
-    let mut stream = docker.logs(id, Some(options));
-    let mut raw = Vec::new();
-    while let Some(item) = stream.next().await {
-        let chunk = item.map_err(EngineError::api("reading the container's logs"))?;
-        raw.extend_from_slice(&chunk.into_bytes());
-        if raw.len() >= max {
-            raw.truncate(max);
-            raw.extend_from_slice(b"\n[log truncated]\n");
-            break;
+/// Logs are written by the untrusted worker; a person will read them in a terminal, so
+/// [`LogBuffer::finish`] makes control characters visible.
+#[derive(Debug)]
+pub struct LogBuffer {
+    raw: Vec<u8>,
+    max: usize,
+    truncated: bool,
+}
+
+impl LogBuffer {
+    /// An empty buffer that keeps at most `max` bytes.
+    pub fn new(max: usize) -> LogBuffer {
+        LogBuffer {
+            raw: Vec::new(),
+            max,
+            truncated: false,
         }
     }
-    Ok(neutralise(&String::from_utf8_lossy(&raw)))
+
+    /// Appends a chunk; past the cap the rest is dropped (but the stream is still drained).
+    pub fn push(&mut self, chunk: &[u8]) {
+        let room = self.max.saturating_sub(self.raw.len());
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+        self.raw.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// The text to keep: lossy UTF-8, control characters escaped, truncation marked.
+    pub fn finish(mut self) -> String {
+        if self.truncated {
+            self.raw.extend_from_slice(b"\n[log truncated]\n");
+        }
+        neutralise(&String::from_utf8_lossy(&self.raw))
+    }
 }
 
 /// Escapes control characters other than newline and tab, and bidi overrides.
@@ -383,44 +335,22 @@ pub fn neutralise(text: &str) -> String {
     out
 }
 
-/// The output directory as a tar stream from the archive API.
-pub fn download(
-    docker: &Docker,
-    id: &str,
-    path: &str,
-) -> impl Stream<Item = Result<bytes::Bytes, bollard::errors::Error>> {
-    let options = DownloadFromContainerOptionsBuilder::new()
-        .path(path)
-        .build();
-    docker.download_from_container(id, Some(options))
-}
-
-/// Removes every tracked resource, containers first (with their anonymous volumes), then volumes.
+/// Removes every tracked container with its anonymous volumes.
 /// Returns what could not be removed; missing resources count as removed.
 pub async fn remove_all(docker: &Docker, tracker: &Tracker) -> Vec<(Resource, String)> {
     let resources = tracker.take();
-    // Containers go together (each removal is an engine round trip); volumes only after them.
-    let containers = resources.iter().filter_map(|r| match r {
-        Resource::Container(id) => Some(async move {
-            (
-                r,
-                remove_container(docker, id)
-                    .await
-                    .map_err(|e| e.to_string()),
-            )
-        }),
-        Resource::Volume(_) => None,
+    // Containers go together: each removal is an engine round trip.
+    let removals = resources.iter().map(|r| async move {
+        let Resource::Container(id) = r;
+        (
+            r,
+            remove_container(docker, id)
+                .await
+                .map_err(|e| e.to_string()),
+        )
     });
-    let mut results = futures_util::future::join_all(containers).await;
-    for r in &resources {
-        if let Resource::Volume(name) = r {
-            results.push((
-                r,
-                remove_volume(docker, name).await.map_err(|e| e.to_string()),
-            ));
-        }
-    }
-    results
+    futures_util::future::join_all(removals)
+        .await
         .into_iter()
         .filter_map(|(r, result)| result.err().map(|e| (r.clone(), e)))
         .collect()
@@ -438,7 +368,8 @@ pub async fn remove_container(docker: &Docker, id: &str) -> Result<(), bollard::
     }
 }
 
-/// Removes a volume; absent is success. Retries briefly because the engine releases a volume
+/// Removes a volume; absent is success. Sessions no longer create volumes; `gc` still removes
+/// labelled ones left by earlier versions. Retries briefly because the engine releases a volume
 /// a moment after its last container is removed.
 pub async fn remove_volume(docker: &Docker, name: &str) -> Result<(), bollard::errors::Error> {
     let mut attempt = 0;
@@ -473,10 +404,11 @@ mod tests {
                 repo: None,
                 state: "/h/.golem".into(),
                 task: None,
+                init: "/h/.golem/bin/golem-init-x".into(),
             },
             &Command {
                 image: "img".into(),
-                entrypoint: None,
+                entrypoint: Some(vec!["/golem-worker".into()]),
                 cmd: vec!["report".into()],
             },
             Default::default(),
@@ -487,7 +419,7 @@ mod tests {
 
     #[test]
     fn worker_body_carries_every_hardening_flag() {
-        let body = worker_body(&plan(), "vol");
+        let body = worker_body(&plan());
         let host = body.host_config.clone().unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(body.network_disabled, Some(true));
@@ -500,8 +432,9 @@ mod tests {
         assert_eq!(host.privileged, Some(false));
         assert!(host.pids_limit.unwrap() > 0);
         assert_eq!(
-            host.log_config.unwrap().config.unwrap()["max-size"],
-            LOG_MAX_SIZE
+            host.log_config.unwrap().typ.as_deref(),
+            Some("none"),
+            "the archive must not be copied into a host log file"
         );
         let mounts = host.mounts.unwrap();
         let input = mounts
@@ -512,11 +445,19 @@ mod tests {
             (input.typ, input.read_only),
             (Some(MountType::BIND), Some(true))
         );
-        let out = mounts
+        let init = mounts
             .iter()
-            .find(|m| m.target.as_deref() == Some("/output"))
+            .find(|m| m.target.as_deref() == Some("/.golem-init"))
             .unwrap();
-        assert_eq!(out.typ, Some(MountType::VOLUME));
+        assert_eq!(
+            (init.typ, init.read_only),
+            (Some(MountType::BIND), Some(true))
+        );
+        let output = &host.tmpfs.unwrap()["/output"];
+        assert!(
+            output.contains("size=") && output.contains("nr_inodes="),
+            "{output}"
+        );
         assert!(
             host.binds.is_none(),
             "bind strings auto-create missing sources"
@@ -526,14 +467,20 @@ mod tests {
     }
 
     #[test]
-    fn holder_gets_nothing_but_a_read_only_view_of_the_output() {
-        let body = holder_body(&plan(), "golem-worker:x", "vol");
-        let host = body.host_config.unwrap();
-        let mounts = host.mounts.unwrap();
-        assert_eq!(mounts.len(), 1);
-        assert_eq!(mounts[0].read_only, Some(true));
-        assert_eq!(host.network_mode.as_deref(), Some("none"));
-        assert_eq!(host.pids_limit, Some(8));
+    fn the_init_is_pid_one_and_the_image_command_is_never_merged_in() {
+        let body = worker_body(&plan());
+        let ep = body.entrypoint.unwrap();
+        assert_eq!(ep[0], "/.golem-init");
+        assert_eq!(ep[ep.len() - 2..], ["/golem-worker", "report"]);
+        assert_eq!(body.cmd, Some(Vec::new()));
+    }
+
+    #[test]
+    fn logs_are_capped_and_their_control_characters_made_visible() {
+        let mut logs = LogBuffer::new(8);
+        logs.push(b"ok\x1b[");
+        logs.push(b"31mred and more");
+        assert_eq!(logs.finish(), "ok\\u{1b}[31mr\n[log truncated]\n");
     }
 
     #[test]

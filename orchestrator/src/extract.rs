@@ -219,6 +219,10 @@ pub enum ExtractError {
     },
 }
 
+/// Zero padding accepted after the end-of-archive block (tar pads to its record size, 10 KiB
+/// for GNU tar); the stream is read to its end so its producer is never cut off mid-write.
+const MAX_TRAILING_PADDING: u64 = 64 << 10;
+
 /// Maximum number of archive entries of any kind.
 ///
 /// Rejected entries (symlinks, FIFOs, bad names) and directories are cheap to
@@ -339,6 +343,26 @@ pub fn extract<R: Read>(
         return Err(ExtractError::Malformed(
             "stream ended without an end-of-archive block (truncated archive)".to_string(),
         ));
+    }
+
+    // Read the stream to its end: a producer blocked on a full pipe must see its archive
+    // consumed, not refused, and anything after the end marker but zero padding is malformed.
+    let mut rest = archive.into_inner().take(MAX_TRAILING_PADDING + 1);
+    let mut buf = [0u8; 8192];
+    let mut padding: u64 = 0;
+    loop {
+        let n = rest
+            .read(&mut buf)
+            .map_err(|e| stream_error(&state, archive_cap, e))?;
+        if n == 0 {
+            break;
+        }
+        padding += n as u64;
+        if buf[..n].iter().any(|&b| b != 0) || padding > MAX_TRAILING_PADDING {
+            return Err(ExtractError::Malformed(
+                "data after the end-of-archive block".to_string(),
+            ));
+        }
     }
 
     let mut out = ex.out;
@@ -1978,13 +2002,12 @@ mod tests {
     }
 
     #[test]
-    fn endless_zero_bytes_end_at_first_zero_block() {
+    fn endless_zero_padding_is_refused_after_a_bounded_read() {
         let head = Raw::with_root().file(b"output/a", b"x").0;
         let (e, given) = endless(head, vec![0]);
         let sb = sandbox();
-        let ex = sb.run(e, &LIM).unwrap();
-        assert_eq!(ex.files.len(), 1);
-        assert!(given.get() < 64 * 1024);
+        assert!(matches!(sb.run(e, &LIM), Err(ExtractError::Malformed(_))));
+        assert!(given.get() < 128 * 1024);
         // Pure zeros: no root.
         let (e, _) = endless(Vec::new(), vec![0]);
         let sb = sandbox();
@@ -2120,6 +2143,19 @@ mod tests {
         let r = sb.run(&a[..], &LIM);
         assert!(matches!(r, Err(ExtractError::Malformed(_))), "{r:?}");
         sb.check();
+    }
+
+    #[test]
+    fn data_after_the_end_marker_is_refused_and_zero_padding_accepted() {
+        let mut padded = Raw::with_root().file(b"output/a", b"x").finish();
+        padded.extend_from_slice(&[0u8; 10240]);
+        let sb = sandbox();
+        assert_eq!(sb.run(&padded[..], &LIM).unwrap().files.len(), 1);
+        let mut smuggled = Raw::with_root().file(b"output/a", b"x").finish();
+        smuggled.extend_from_slice(&Raw::new().file(b"output/b", b"y").finish());
+        let sb = sandbox();
+        let r = sb.run(&smuggled[..], &LIM);
+        assert!(matches!(r, Err(ExtractError::Malformed(_))), "{r:?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! this build does not exist", and two versions of golem-orch never fight over one tag.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use bollard::Docker;
@@ -23,6 +24,8 @@ const BINARY_CONTEXT_PATH: &str =
 pub const REPOSITORY: &str = "golem-worker";
 /// Label holding the full content hash, checked so a foreign image with our tag is not trusted.
 pub const LABEL_HASH: &str = "golem.worker.sha256";
+/// The worker image's entrypoint, as `Dockerfile.worker` sets it (a unit test keeps them equal).
+pub const WORKER_ENTRYPOINT: &str = "/golem-worker";
 
 /// Why the worker image could not be built or found.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +44,14 @@ pub enum ImageError {
     /// A person's `--image` is not in the local engine; golem-orch never pulls.
     #[error("image {0:?} is not present in the local engine (golem-orch never pulls; build or load it first)")]
     Missing(String),
+    /// The init binary could not be written into the state directory.
+    #[error("installing the init binary at {path}: {source}")]
+    Install {
+        /// Where it was going.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
     /// Building the context tar failed (only I/O into memory, so practically never).
     #[error("building the image context: {0}")]
     Context(#[from] std::io::Error),
@@ -133,12 +144,70 @@ pub async fn build(docker: &Docker) -> Result<(String, String), ImageError> {
 }
 
 /// Checks that a person's own image exists locally and returns its id.
-pub async fn require_local(docker: &Docker, reference: &str) -> Result<String, ImageError> {
+pub async fn require_local(docker: &Docker, reference: &str) -> Result<LocalImage, ImageError> {
     match docker.inspect_image(reference).await {
-        Ok(img) => Ok(img.id.unwrap_or_default()),
+        Ok(img) => {
+            let config = img.config.unwrap_or_default();
+            Ok(LocalImage {
+                id: img.id.unwrap_or_default(),
+                entrypoint: config.entrypoint.unwrap_or_default(),
+                cmd: config.cmd.unwrap_or_default(),
+            })
+        }
         Err(e) if is_not_found(&e) => Err(ImageError::Missing(reference.to_string())),
         Err(e) => Err(EngineError::api(format!("inspecting image {reference}"))(e).into()),
     }
+}
+
+/// A person's image as the engine has it: what `docker run IMAGE` would execute.
+#[derive(Debug, Clone)]
+pub struct LocalImage {
+    /// Content id.
+    pub id: String,
+    /// The image's `ENTRYPOINT`; the container's own entrypoint is the init, which runs this.
+    pub entrypoint: Vec<String>,
+    /// The image's `CMD`, used when the person gives no arguments.
+    pub cmd: Vec<String>,
+}
+
+/// Where the init binary lives: the state directory's `bin/`, named by content hash, so two
+/// versions of golem-orch never share one and a stale one is never used. (Not a per-user cache:
+/// the path shows in the container's mountinfo, and the state directory's already does.)
+pub fn init_path(state: &Path) -> PathBuf {
+    state.join("bin").join(init_name())
+}
+
+fn init_name() -> String {
+    format!("golem-init-{}", &content_hash()[..12])
+}
+
+/// Writes the embedded static worker to [`init_path`] (once, atomically, read-only), so every
+/// container, whatever its image, can bind-mount the same init.
+pub fn install_init(state: &Path) -> Result<PathBuf, ImageError> {
+    install_in(&state.join("bin"))
+}
+
+fn install_in(dir: &Path) -> Result<PathBuf, ImageError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(init_name());
+    if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == WORKER_BINARY.len() as u64)
+    {
+        return Ok(path);
+    }
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut tmp, WORKER_BINARY)?;
+        tmp.as_file().sync_all()?;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o555))?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+        Ok(())
+    };
+    write().map_err(|source| ImageError::Install {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
 }
 
 /// A tar holding `Dockerfile` and the binary at the path `Dockerfile.worker` copies from.
@@ -160,6 +229,23 @@ fn build_context() -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dockerfile_sets_the_entrypoint_the_plan_assumes() {
+        assert!(DOCKERFILE.contains(&format!("ENTRYPOINT [\"{WORKER_ENTRYPOINT}\"]")));
+    }
+
+    #[test]
+    fn the_init_is_installed_once_and_read_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = install_in(dir.path()).unwrap();
+        assert_eq!(path, dir.path().join(init_name()));
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), WORKER_BINARY.len() as u64);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o555);
+        assert_eq!(install_in(dir.path()).unwrap(), path);
+    }
 
     #[test]
     fn the_embedded_worker_is_a_static_elf() {

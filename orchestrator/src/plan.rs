@@ -14,14 +14,17 @@ use crate::policy::{Access, NetworkMode, Policy, TrustLevel};
 
 /// Where the inputs appear in the container.
 pub const INPUT_TARGET: &str = "/input";
-/// Where the worker writes; a size-capped tmpfs volume, read through the archive API.
+/// Where the worker writes: a size- and inode-capped tmpfs, streamed out by the init as a tar.
 pub const OUTPUT_TARGET: &str = "/output";
+/// Where golem-worker's static binary is bind-mounted read-only to run as the container's init.
+pub const INIT_TARGET: &str = "/.golem-init";
+/// How much longer than the session's timeout the in-container init waits before it kills the
+/// worker itself: a backstop for an orchestrator that died, never the normal path.
+pub const INIT_GRACE_SECS: u64 = 60;
 /// Where the project's persistent scratch space appears.
 pub const WORKSPACE_TARGET: &str = "/workspace";
 /// Where the project's git repository appears.
 pub const REPO_TARGET: &str = "/repo";
-/// Docker's json-file log cap: a worker spamming stdout cannot fill the host's disk.
-pub const LOG_MAX_SIZE: &str = "1m";
 
 /// A host directory bind-mounted into the container.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -34,26 +37,26 @@ pub struct BindMount {
     pub read_only: bool,
 }
 
-/// The output volume: a tmpfs whose size and inode count are the kernel's own caps on output.
+/// The output directory: a tmpfs whose size and inode count are the kernel's own caps on output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OutputVolume {
+pub struct Output {
     /// Path in the container.
     pub target: String,
     /// tmpfs `size=` in bytes.
     pub size_bytes: u64,
     /// tmpfs `nr_inodes=`: files and directories together.
     pub max_inodes: u64,
-    /// Owner of the volume's root, the worker's user.
+    /// Owner of the tmpfs root, the worker's user.
     pub uid: u32,
-    /// Group of the volume's root.
+    /// Group of the tmpfs root.
     pub gid: u32,
 }
 
-impl OutputVolume {
-    /// The local driver's mount options.
+impl Output {
+    /// The tmpfs mount options.
     pub fn mount_options(&self) -> String {
         format!(
-            "size={},nr_inodes={},uid={},gid={},mode=0700,noexec,nosuid,nodev",
+            "rw,noexec,nosuid,nodev,size={},nr_inodes={},uid={},gid={},mode=0700",
             self.size_bytes, self.max_inodes, self.uid, self.gid
         )
     }
@@ -68,10 +71,14 @@ pub struct ContainerPlan {
     pub trust_level: TrustLevel,
     /// Image reference.
     pub image: String,
-    /// Replaces the image's entrypoint when set (a person's `--image IMG -- CMD`).
-    pub entrypoint: Option<Vec<String>>,
-    /// Arguments.
+    /// The image's own entrypoint, kept as `docker run` keeps it; `None` only in a dry run with
+    /// a person's image, whose configuration is not read without the engine.
+    pub image_entrypoint: Option<Vec<String>>,
+    /// Arguments after the entrypoint (the person's, else the image's default command).
     pub cmd: Vec<String>,
+    /// golem-worker's static binary, run as the container's init: it runs the worker, kills
+    /// whatever the worker left running, and streams the output directory as a tar.
+    pub init: BindMount,
     /// Numeric `uid:gid`.
     pub user: String,
     /// The complete environment; nothing from the host is added later.
@@ -79,7 +86,7 @@ pub struct ContainerPlan {
     /// Host directories.
     pub binds: Vec<BindMount>,
     /// The output location.
-    pub output: OutputVolume,
+    pub output: Output,
     /// Docker network mode.
     pub network: NetworkMode,
     /// Root filesystem is read-only.
@@ -119,6 +126,8 @@ pub struct HostPaths {
     pub state: PathBuf,
     /// A directory holding the worker definition's `instructions.md`, mounted read-only at `/task`.
     pub task: Option<PathBuf>,
+    /// The static golem-worker binary on the host, bind-mounted read-only as the init.
+    pub init: PathBuf,
 }
 
 /// What the worker should run.
@@ -126,9 +135,9 @@ pub struct HostPaths {
 pub struct Command {
     /// Image reference.
     pub image: String,
-    /// Entrypoint override.
+    /// The image's entrypoint (`None`: not known, in a dry run with a person's image).
     pub entrypoint: Option<Vec<String>>,
-    /// Arguments.
+    /// Arguments after it.
     pub cmd: Vec<String>,
 }
 
@@ -147,6 +156,9 @@ pub enum PlanError {
     /// Networking was requested where the policy forbids it.
     #[error("the {0} trust level does not allow a network (only full may opt in)")]
     NetworkForbidden(TrustLevel),
+    /// Neither the image nor the person names a program to run.
+    #[error("image {0:?} has no entrypoint or command; give one after --")]
+    NoCommand(String),
 }
 
 /// Derives the plan. `allow_network` is the person's explicit opt-in, honoured only where the policy allows it.
@@ -242,16 +254,28 @@ pub fn build(
         "rw,noexec,nosuid,nodev,size={}",
         policy.resources.tmp.bytes()
     );
+    if command
+        .entrypoint
+        .as_ref()
+        .is_some_and(|ep| ep.is_empty() && command.cmd.is_empty())
+    {
+        return Err(PlanError::NoCommand(command.image.clone()));
+    }
     Ok(ContainerPlan {
         session: session.to_string(),
         trust_level: policy.level,
         image: command.image.clone(),
-        entrypoint: command.entrypoint.clone(),
+        image_entrypoint: command.entrypoint.clone(),
         cmd: command.cmd.clone(),
+        init: BindMount {
+            source: paths.init.clone(),
+            target: INIT_TARGET.into(),
+            read_only: true,
+        },
         user: format!("{uid}:{gid}"),
         env,
         binds,
-        output: OutputVolume {
+        output: Output {
             target: OUTPUT_TARGET.into(),
             size_bytes: policy.output.max_total_bytes.bytes(),
             // Directories take inodes too; extraction enforces the exact file count.
@@ -274,16 +298,52 @@ pub fn build(
     })
 }
 
+impl ContainerPlan {
+    /// What the worker runs: the image's entrypoint, then the arguments.
+    pub fn argv(&self) -> Vec<String> {
+        let mut argv = self.image_entrypoint.clone().unwrap_or_default();
+        argv.extend(self.cmd.iter().cloned());
+        argv
+    }
+
+    /// The container's entrypoint: the init, its limits, then the worker's argv. Docker's own
+    /// entrypoint/cmd merge is not used, so what runs is exactly what the plan shows.
+    pub fn container_entrypoint(&self) -> Vec<String> {
+        let mut ep = vec![
+            self.init.target.clone(),
+            "init".to_string(),
+            "--deadline".to_string(),
+            self.timeout_secs
+                .saturating_add(INIT_GRACE_SECS)
+                .to_string(),
+            "--output".to_string(),
+            self.output.target.clone(),
+            "--".to_string(),
+        ];
+        ep.extend(self.argv());
+        ep
+    }
+}
+
 impl fmt::Display for ContainerPlan {
     /// The human form `run --dry-run` prints: one fact a line, in the order a reviewer checks them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "session    {}", self.session)?;
         writeln!(f, "trust      {}", self.trust_level)?;
         writeln!(f, "image      {}", self.image)?;
-        if let Some(ep) = &self.entrypoint {
-            writeln!(f, "entrypoint {}", shell_words(ep))?;
+        match &self.image_entrypoint {
+            Some(_) => writeln!(f, "command    {}", shell_words(&self.argv()))?,
+            None => writeln!(
+                f,
+                "command    (the image's entrypoint) {}",
+                shell_words(&self.cmd)
+            )?,
         }
-        writeln!(f, "command    {}", shell_words(&self.cmd))?;
+        writeln!(
+            f,
+            "init       golem-worker init: kills leftovers, streams {} as tar",
+            self.output.target
+        )?;
         writeln!(f, "user       {}", self.user)?;
         writeln!(f, "network    {}", self.network.as_str())?;
         writeln!(
@@ -315,7 +375,13 @@ impl fmt::Display for ContainerPlan {
         }
         writeln!(
             f,
-            "  {:<11} rw  tmpfs volume, {} max, {} inodes max, owner {}:{}",
+            "  {:<11} ro  bind {} (the init)",
+            self.init.target,
+            self.init.source.display()
+        )?;
+        writeln!(
+            f,
+            "  {:<11} rw  tmpfs, {} max, {} inodes max, owner {}:{}",
             self.output.target,
             crate::units::Size(self.output.size_bytes),
             self.output.max_inodes,
@@ -377,10 +443,11 @@ mod tests {
                 repo: repo.map(PathBuf::from),
                 state: "/r/.golem".into(),
                 task: None,
+                init: "/r/.golem/bin/init".into(),
             },
             &Command {
                 image: "img".into(),
-                entrypoint: None,
+                entrypoint: Some(vec!["/golem-worker".into()]),
                 cmd: vec!["report".into()],
             },
             BTreeMap::new(),
@@ -470,6 +537,7 @@ mod tests {
             repo: Some("/r".into()),
             state: "/r/sub/.golem".into(),
             task: None,
+            init: "/r/sub/.golem/bin/init".into(),
         };
         let cmd = Command {
             image: "img".into(),
@@ -488,7 +556,42 @@ mod tests {
     }
 
     #[test]
-    fn output_volume_caps_come_from_the_policy() {
+    fn the_init_runs_the_worker_and_is_mounted_read_only() {
+        let plan = plan_for(TrustLevel::Untrusted, None, false).unwrap();
+        let ep = plan.container_entrypoint();
+        assert_eq!(ep[..2], ["/.golem-init", "init"]);
+        let dash = ep.iter().position(|a| a == "--").unwrap();
+        assert_eq!(ep[dash + 1..], ["/golem-worker", "report"]);
+        let deadline: u64 = ep[3].parse().unwrap();
+        assert_eq!(deadline, plan.timeout_secs + INIT_GRACE_SECS);
+        assert!(plan.init.read_only);
+        assert_eq!(plan.init.source, PathBuf::from("/r/.golem/bin/init"));
+    }
+
+    #[test]
+    fn an_image_without_any_command_is_refused() {
+        let p = policy::load(TrustLevel::Untrusted, None, None)
+            .unwrap()
+            .policy;
+        let paths = HostPaths {
+            input: "/h/in".into(),
+            workspace: "/h/ws".into(),
+            repo: None,
+            state: "/s".into(),
+            task: None,
+            init: "/s/bin/init".into(),
+        };
+        let none = Command {
+            image: "bare".into(),
+            entrypoint: Some(vec![]),
+            cmd: vec![],
+        };
+        let err = build("s", &p, &paths, &none, BTreeMap::new(), false).unwrap_err();
+        assert!(matches!(err, PlanError::NoCommand(_)), "{err}");
+    }
+
+    #[test]
+    fn output_caps_come_from_the_policy() {
         let plan = plan_for(TrustLevel::Untrusted, None, false).unwrap();
         assert_eq!(plan.output.size_bytes, 32 << 20);
         let opts = plan.output.mount_options();

@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bollard::Docker;
-use futures_util::TryStreamExt;
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::audit::{self, Audit, Event};
-use crate::container::{self, Exit, Names, Resource, Tracker};
+use crate::container::{self, Exit, LogBuffer, Resource, Tracker};
 use crate::engine::{EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION};
 use crate::extract::{self, Extraction, Limits};
 use crate::home::{self, write_atomic, Home};
@@ -25,7 +25,7 @@ use crate::intake::{self, InputRecord, IntakeError, IntakeLimits, Source};
 use crate::owner::Owner;
 use crate::plan::{self, ContainerPlan, HostPaths, PlanError};
 use crate::policy::{Policy, TrustLevel};
-use crate::stage::{Manifest, Stage, StageError};
+use crate::stage::{self, Manifest, Stage, StageError};
 
 /// The session record's file name inside the session directory.
 pub const RECORD: &str = "session.json";
@@ -35,6 +35,12 @@ pub const LOGS: &str = "logs.txt";
 const MAX_LOG_BYTES: usize = 1 << 20;
 /// How long cleanup may take after a cancel before giving up (gc finishes the job).
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the init may take to stream the output once the worker has ended. The output is
+/// capped by its tmpfs, so this only stops an archive that stalls.
+const ARCHIVE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Chunks of the archive in flight between the attach stream and the validator: bounded, so a
+/// fast container never makes the host buffer its output.
+const ARCHIVE_CHUNKS_IN_FLIGHT: usize = 16;
 
 /// Where a session is in its life; the last one is what `run --json` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,6 +202,9 @@ pub enum SessionError {
     /// Extraction failed on the host side (disk, stream), not because of the output.
     #[error("extracting the output: {0}")]
     Extract(String),
+    /// The container ended without streaming its output (its init failed or was killed).
+    #[error("the container ended (exit {0}) without streaming its output; see the session's logs")]
+    NoArchive(String),
     /// The state directory was replaced while the worker ran.
     #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
     StateReplaced(PathBuf),
@@ -223,8 +232,21 @@ pub struct Worker {
     pub image: String,
     /// Image content id.
     pub image_id: String,
-    /// Arguments (the image's entrypoint is kept, as with `docker run`).
+    /// The image's entrypoint, kept as with `docker run`; the init runs it.
+    pub entrypoint: Vec<String>,
+    /// Arguments after it: the person's, else the image's default command.
     pub cmd: Vec<String>,
+}
+
+impl Worker {
+    /// What the plan runs.
+    pub fn plan_command(&self) -> plan::Command {
+        plan::Command {
+            image: self.image.clone(),
+            entrypoint: Some(self.entrypoint.clone()),
+            cmd: self.cmd.clone(),
+        }
+    }
 }
 
 /// The default worker command: the document report.
@@ -270,6 +292,7 @@ pub fn host_paths(
         repo,
         state: home.root().to_path_buf(),
         task: None,
+        init: image::init_path(home.root()),
     })
 }
 
@@ -344,11 +367,7 @@ pub async fn run_resolved(
         "validate",
         &opts.policy,
         &probe_paths,
-        &plan::Command {
-            image: images.worker.image.clone(),
-            entrypoint: None,
-            cmd: images.worker.cmd.clone(),
-        },
+        &images.worker.plan_command(),
         BTreeMap::new(),
         opts.allow_network,
     )?;
@@ -416,7 +435,7 @@ pub async fn run_resolved(
     };
     if result.is_err() {
         // A cancelled worker stops now, even when its container is kept for inspection.
-        let _ = container::kill(docker, &Names::for_session(&id).worker).await;
+        let _ = container::kill(docker, &container::worker_name(&id)).await;
     }
     // Whatever happened, the engine objects go (unless the person asked to keep them).
     let cleanup_failed = if opts.keep {
@@ -426,7 +445,7 @@ pub async fn run_resolved(
             .await
             .unwrap_or_else(|_| {
                 vec![(
-                    Resource::Volume("(all)".into()),
+                    Resource::Container("(all)".into()),
                     "cleanup timed out; run golem-orch gc".into(),
                 )]
             })
@@ -470,35 +489,41 @@ pub async fn run_resolved(
 /// The images a session uses, resolved before it starts.
 #[derive(Debug, Clone)]
 pub struct Images {
-    /// golem-worker, which also runs the holder.
-    pub holder_image: String,
     /// What the worker runs.
     pub worker: Worker,
 }
 
 /// Makes sure golem-worker exists (building it when missing or stale) and a person's image is local.
 pub async fn resolve_images(docker: &Docker, opts: &RunOptions) -> Result<Images, SessionError> {
-    let (worker_tag, worker_id) = image::ensure(docker).await?;
     let worker = match &opts.image {
-        Some(reference) => Worker {
-            image_id: image::require_local(docker, reference).await?,
-            image: reference.clone(),
-            cmd: opts.command.clone(),
-        },
-        None => Worker {
-            image: worker_tag.clone(),
-            image_id: worker_id,
-            cmd: if opts.command.is_empty() {
-                default_command()
-            } else {
-                opts.command.clone()
-            },
-        },
+        Some(reference) => {
+            let local = image::require_local(docker, reference).await?;
+            Worker {
+                image_id: local.id,
+                image: reference.clone(),
+                entrypoint: local.entrypoint,
+                cmd: if opts.command.is_empty() {
+                    local.cmd
+                } else {
+                    opts.command.clone()
+                },
+            }
+        }
+        None => {
+            let (tag, id) = image::ensure(docker).await?;
+            Worker {
+                image: tag,
+                image_id: id,
+                entrypoint: vec![image::WORKER_ENTRYPOINT.to_string()],
+                cmd: if opts.command.is_empty() {
+                    default_command()
+                } else {
+                    opts.command.clone()
+                },
+            }
+        }
     };
-    Ok(Images {
-        holder_image: worker_tag,
-        worker,
-    })
+    Ok(Images { worker })
 }
 
 /// Marker for a cancelled session.
@@ -564,7 +589,7 @@ async fn steps(
         }),
     )?;
 
-    let (worker_tag, worker) = (&images.holder_image, &images.worker);
+    let worker = &images.worker;
 
     // The repository's HEAD now, so a push can tell what changed on the branch meanwhile.
     let repo_head = match (&opts.repo, opts.policy.mounts.repo) {
@@ -583,50 +608,28 @@ async fn steps(
         std::fs::write(&file, text).map_err(io(&file))?;
         paths.task = Some(task);
     }
+    paths.init = image::install_init(home.root())?;
     let plan: ContainerPlan = plan::build(
         &id,
         &opts.policy,
         &paths,
-        &plan::Command {
-            image: worker.image.clone(),
-            entrypoint: None,
-            cmd: worker.cmd.clone(),
-        },
+        &worker.plan_command(),
         labels(home, &id, owner),
         opts.allow_network,
     )?;
     audit.record(Some(&id), "session.plan", json!({ "plan": plan }))?;
 
-    // 4. Output volume, holder, worker: each tracked before it exists.
-    let names = Names::for_session(&id);
-    tracker.add(Resource::Volume(names.volume.clone()));
-    container::create_output_volume(docker, &plan, &names.volume).await?;
-    tracker.add(Resource::Container(names.holder.clone()));
-    let holder = container::create(
-        docker,
-        &names.holder,
-        container::holder_body(&plan, worker_tag, &names.volume),
-    )
-    .await?;
-    // The holder must be running before the worker starts (so the output survives the worker's
-    // exit); creating the worker does not depend on it, so both happen at once.
-    tracker.add(Resource::Container(names.worker.clone()));
-    let (started, created) = tokio::join!(
-        container::start(docker, &holder, "holder"),
-        container::create(
-            docker,
-            &names.worker,
-            container::worker_body(&plan, &names.volume),
-        )
-    );
-    started?;
-    let worker_id = created?;
+    // 4. The one container, tracked before it exists, attached before it starts.
+    let name = container::worker_name(&id);
+    tracker.add(Resource::Container(name.clone()));
+    let worker_id = container::create(docker, &name, container::worker_body(&plan)).await?;
     audit.record(
         Some(&id),
         "container.created",
-        json!({ "container": worker_id, "holder": holder, "volume": names.volume, "image": worker.image, "image_id": worker.image_id }),
+        json!({ "container": worker_id, "image": worker.image, "image_id": worker.image_id }),
     )?;
     failpoint("before-start").await;
+    let attached = container::attach(docker, &worker_id).await?;
     container::start(docker, &worker_id, "worker").await?;
     record.status = SessionStatus::Running;
     save(home, record)?;
@@ -636,8 +639,28 @@ async fn steps(
         json!({ "container": worker_id }),
     )?;
 
-    // 5. Wait, killing at the wall-clock limit.
-    let exit = container::wait(docker, &worker_id, Duration::from_secs(plan.timeout_secs)).await?;
+    // 5 and 6. Wait for the worker, killing it at the wall-clock limit; then the init streams
+    // /output, validated entry by entry while it streams, into a building stage.
+    let limits = Limits {
+        max_files: opts.policy.output.max_files,
+        max_total_bytes: opts.policy.output.max_total_bytes.bytes(),
+        max_file_bytes: opts.policy.output.max_file_bytes.bytes(),
+    };
+    let stage = Stage::new(home.staged_dir());
+    let streamed = stream(
+        docker,
+        &worker_id,
+        attached,
+        Duration::from_secs(plan.timeout_secs),
+        || -> Result<stage::Building, SessionError> {
+            record.status = SessionStatus::Extracting;
+            save(home, record)?;
+            Ok(stage.begin(&id)?)
+        },
+        limits,
+    )
+    .await?;
+    let exit = streamed.exit;
     record.exit = exit;
     if identity(home.root())? != state_identity {
         return Err(SessionError::StateReplaced(home.root().to_path_buf()));
@@ -648,8 +671,7 @@ async fn steps(
         json!({ "exit_code": exit.code, "oom_killed": exit.oom_killed, "timed_out": exit.timed_out }),
     )?;
     let logs_path = home.session_dir(&id).join(LOGS);
-    let logs = container::logs(docker, &worker_id, MAX_LOG_BYTES).await?;
-    std::fs::write(&logs_path, logs).map_err(io(&logs_path))?;
+    std::fs::write(&logs_path, streamed.logs).map_err(io(&logs_path))?;
     if exit.timed_out {
         record.status = SessionStatus::Timeout;
         record.error = Some(format!("killed after the {}s timeout", plan.timeout_secs));
@@ -663,27 +685,20 @@ async fn steps(
         ));
         return Ok(());
     }
-
-    // 6. Extraction: the archive stream, validated entry by entry while it streams.
-    record.status = SessionStatus::Extracting;
-    save(home, record)?;
-    let stage = Stage::new(home.staged_dir());
-    let building = stage.begin(&id)?;
-    failpoint("extracting").await;
-    let limits = Limits {
-        max_files: opts.policy.output.max_files,
-        max_total_bytes: opts.policy.output.max_total_bytes.bytes(),
-        max_file_bytes: opts.policy.output.max_file_bytes.bytes(),
-    };
-    let extraction = match extract_output(docker, &worker_id, &building.files_dir(), limits).await {
-        Ok(x) => x,
-        Err(ExtractFailure::Rejected(message)) => {
+    let (building, extraction) = match streamed.extraction {
+        Some(Ok(accepted)) => accepted,
+        Some(Err(ExtractFailure::Rejected(message))) => {
             audit.record(Some(&id), "output.rejected", json!({ "error": message }))?;
             record.status = SessionStatus::Rejected;
             record.error = Some(format!("output rejected: {message}"));
             return Ok(());
         }
-        Err(ExtractFailure::Host(message)) => return Err(SessionError::Extract(message)),
+        Some(Err(ExtractFailure::Host(message))) => return Err(SessionError::Extract(message)),
+        None => {
+            return Err(SessionError::NoArchive(
+                exit.code.map_or("unknown".into(), |c| c.to_string()),
+            ))
+        }
     };
     let events: Vec<Event> = extraction
         .rejected
@@ -764,29 +779,129 @@ fn identity(path: &Path) -> Result<(u64, u64), SessionError> {
     Ok((meta.dev(), meta.ino()))
 }
 
-/// Streams `/output` out of the stopped worker into `dest` through the validator.
-async fn extract_output(
+/// What the container's streams delivered.
+struct Streamed {
+    exit: Exit,
+    logs: String,
+    /// The validator's verdict, with the building stage when it accepted the archive (a refused
+    /// one is already deleted, so a full disk is free again), once an archive began to arrive.
+    extraction: Option<Result<(stage::Building, Extraction), ExtractFailure>>,
+}
+
+/// The validator, on a blocking thread, fed the archive's chunks through a bounded channel.
+/// The thread owns the building stage until it is done with it, so however the session ends
+/// (even cancelled mid-stream), the stage is only dropped once nothing writes into it.
+struct Validator {
+    chunks: tokio::sync::mpsc::Sender<bytes::Bytes>,
+    task: tokio::task::JoinHandle<(stage::Building, Result<Extraction, extract::ExtractError>)>,
+}
+
+impl Validator {
+    fn spawn(building: stage::Building, limits: Limits) -> Validator {
+        let (chunks, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(ARCHIVE_CHUNKS_IN_FLIGHT);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+        });
+        let reader =
+            tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(Box::pin(stream)));
+        let root = plan::OUTPUT_TARGET.trim_start_matches('/').to_string();
+        let task = tokio::task::spawn_blocking(move || {
+            let verdict = extract::extract(reader, &root, &building.files_dir(), &limits);
+            (building, verdict)
+        });
+        Validator { chunks, task }
+    }
+
+    /// Ends the stream (whatever was sent is all there is) and waits for the verdict.
+    async fn finish(self) -> Result<(stage::Building, Extraction), ExtractFailure> {
+        drop(self.chunks);
+        match self.task.await {
+            Ok((building, Ok(x))) => Ok((building, x)),
+            Ok((
+                _,
+                Err(
+                    e @ (extract::ExtractError::Io { .. }
+                    | extract::ExtractError::InvalidDestination { .. }),
+                ),
+            )) => Err(ExtractFailure::Host(e.to_string())),
+            Ok((_, Err(e))) => Err(ExtractFailure::Rejected(e.to_string())),
+            Err(e) => Err(ExtractFailure::Host(format!(
+                "the extraction task failed: {e}"
+            ))),
+        }
+    }
+}
+
+/// Reads the running container's streams until it ends: stderr into the logs, stdout (the
+/// init's archive of `/output`, which begins only once the worker and everything it started
+/// are dead) into the validator. Kills the container at `timeout` if no archive has begun, when
+/// the archive stalls, or as soon as the validator refuses it.
+async fn stream(
     docker: &Docker,
     container: &str,
-    dest: &Path,
+    mut attached: container::Attached,
+    timeout: Duration,
+    mut begin: impl FnMut() -> Result<stage::Building, SessionError>,
     limits: Limits,
-) -> Result<Extraction, ExtractFailure> {
-    let stream =
-        container::download(docker, container, plan::OUTPUT_TARGET).map_err(std::io::Error::other);
-    let reader = tokio_util::io::SyncIoBridge::new(tokio_util::io::StreamReader::new(stream));
-    let dest = dest.to_path_buf();
-    let root = plan::OUTPUT_TARGET.trim_start_matches('/').to_string();
-    let joined =
-        tokio::task::spawn_blocking(move || extract::extract(reader, &root, &dest, &limits)).await;
-    match joined {
-        Ok(Ok(x)) => Ok(x),
-        Ok(Err(
-            e @ (extract::ExtractError::Io { .. }
-            | extract::ExtractError::InvalidDestination { .. }),
-        )) => Err(ExtractFailure::Host(e.to_string())),
-        Ok(Err(e)) => Err(ExtractFailure::Rejected(e.to_string())),
-        Err(e) => Err(ExtractFailure::Host(format!(
-            "the extraction task failed: {e}"
-        ))),
-    }
+) -> Result<Streamed, SessionError> {
+    use bollard::container::LogOutput;
+    let mut logs = LogBuffer::new(MAX_LOG_BYTES);
+    let mut validator: Option<Validator> = None;
+    let mut timed_out = false;
+    let read = async {
+        let mut deadline = tokio::time::Instant::now() + timeout;
+        let mut refused = false;
+        loop {
+            let item = match tokio::time::timeout_at(deadline, attached.next()).await {
+                Err(_) => {
+                    // Past the worker's limit before any archive, or the archive stalled.
+                    timed_out = validator.is_none();
+                    container::kill(docker, container).await?;
+                    return Ok(());
+                }
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => {
+                    return Err(SessionError::Engine(EngineError::api(
+                        "reading the worker's output",
+                    )(e)))
+                }
+                Ok(Some(Ok(item))) => item,
+            };
+            let message = match item {
+                LogOutput::StdErr { message } => {
+                    logs.push(&message);
+                    continue;
+                }
+                LogOutput::StdOut { message } if !refused => message,
+                _ => continue,
+            };
+            if validator.is_none() {
+                let building = begin()?;
+                failpoint("extracting").await;
+                validator = Some(Validator::spawn(building, limits));
+                deadline = tokio::time::Instant::now() + ARCHIVE_TIMEOUT;
+            }
+            if let Some(v) = &validator {
+                if v.chunks.send(message).await.is_err() {
+                    // The validator stopped reading: the output is refused (or the host
+                    // failed). Nothing more of it is wanted.
+                    refused = true;
+                    container::kill(docker, container).await?;
+                }
+            }
+        }
+    };
+    let read: Result<(), SessionError> = read.await;
+    // The validator always finishes before its stage is kept or dropped.
+    let extraction = match validator {
+        Some(v) => Some(v.finish().await),
+        None => None,
+    };
+    read?;
+    let exit = container::finished(docker, container, timed_out).await?;
+    Ok(Streamed {
+        exit,
+        logs: logs.finish(),
+        extraction,
+    })
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::harness::{engine_resources, hostile_image, remove_engine_resources, wait_until, Golem};
@@ -37,6 +37,7 @@ pub fn untrusted() -> golem_orch::policy::Policy {
 /// `errno` values the kernel gives when a defence holds.
 const EPERM: i64 = 1;
 const ENOENT: i64 = 2;
+const EACCES: i64 = 13;
 const EAGAIN: i64 = 11;
 const ENOSPC: i64 = 28;
 const EROFS: i64 = 30;
@@ -398,8 +399,8 @@ fn errno(v: &Value) -> Option<i64> {
 // ------------------------------------------------------------------------------------ network
 
 /// Attacks `network: none`: plan.rs `build` (network = the policy's mode unless --allow-network
-/// where allowed), container.rs `hardened_host_config` (`network_mode`) and `worker_body`
-/// (`network_disabled`). With a network, the probe would see an interface other than `lo` and
+/// where allowed), container.rs `worker_body` (`network_mode` and
+/// `network_disabled`). With a network, the probe would see an interface other than `lo` and
 /// refuse to send, so `attempted` would be false.
 #[test]
 fn tcp_egress_fails_inside_the_kernel() {
@@ -429,7 +430,7 @@ fn udp_egress_fails_inside_the_kernel() {
 }
 
 /// Attacks `network: none` (as above): no name resolves, and the container's resolv.conf names
-/// none of the host's nameservers. (container.rs `hardened_host_config` also sets
+/// none of the host's nameservers. (container.rs `worker_body` also sets
 /// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway, so
 /// removing that setting alone does not change what this test sees.)
 #[test]
@@ -535,7 +536,13 @@ fn host_paths_that_were_not_mounted_cannot_be_read() {
     for path in &paths[..11] {
         let r = &reads[path.as_str()];
         assert_eq!(r["exists"], false, "{path} is visible: {r}");
-        assert_eq!(r["stat_errno"], ENOENT, "{path}: {r}");
+        // PID 1 is golem-orch's init, which is not dumpable: its root is not even reachable.
+        let errno = if path.starts_with("/proc/1/") {
+            EACCES
+        } else {
+            ENOENT
+        };
+        assert_eq!(r["stat_errno"], errno, "{path}: {r}");
     }
     // The container's own files, not the host's.
     assert_eq!(reads["/etc/hostname"]["content"], "golem\n");
@@ -549,6 +556,7 @@ fn host_paths_that_were_not_mounted_cannot_be_read() {
         root,
         [
             ".dockerenv",
+            ".golem-init",
             "dev",
             "etc",
             "hostile-worker",
@@ -567,7 +575,7 @@ fn host_paths_that_were_not_mounted_cannot_be_read() {
 }
 
 /// Attacks plan.rs `build` (`/input` bind `read_only: true`, whatever the policy says, since
-/// `Policy::validate` refuses `input: rw`) and container.rs `hardened_host_config`
+/// `Policy::validate` refuses `input: rw`) and container.rs `worker_body`
 /// (`readonly_rootfs`, which also makes Docker mount its /etc/hosts, /etc/hostname and
 /// /etc/resolv.conf read-only). The errno must be EROFS: the mount refuses, not merely file
 /// modes (the input copy is root-owned 0644, which would give EACCES without the read-only mount).
@@ -616,8 +624,8 @@ fn inputs_and_the_root_filesystem_are_read_only() {
 // ------------------------------------------------------------------------------- privileges
 
 /// Attacks the policy's non-root `user` (plan.rs `build` → `user`), container.rs
-/// `hardened_host_config` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
-/// noexec,nosuid output volume (plan.rs `OutputVolume::mount_options`): setuid(0) fails, every
+/// `worker_body` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
+/// noexec,nosuid output tmpfs (plan.rs `Output::mount_options`): setuid(0) fails, every
 /// capability set is empty, no_new_privs is set, and a setuid file cannot even be executed.
 #[test]
 fn the_worker_cannot_become_root_or_gain_capabilities() {
@@ -655,7 +663,7 @@ fn the_worker_cannot_become_root_or_gain_capabilities() {
 }
 
 /// Attacks the engine's defaults that golem-orch relies on and never loosens: no
-/// `privileged` (container.rs `hardened_host_config` sets `privileged: false`), no added
+/// `privileged` (container.rs `worker_body` sets `privileged: false`), no added
 /// capabilities (Docker's default set has no `CAP_SYS_ADMIN` even before `cap_drop: [ALL]`), and
 /// the default seccomp profile (no `security_opt` disables it). mount(2), a new user namespace
 /// (which would hand the worker capabilities inside it) and tracing PID 1 are all refused.
@@ -680,9 +688,56 @@ fn mount_user_namespaces_and_ptrace_of_pid1_are_refused() {
     assert!(!mounts.contains(" /tmp/m "), "the mount happened: {mounts}");
 }
 
+/// Attacks the init that carries the output out (worker-image `init`, bind-mounted read-only as
+/// PID 1 by plan.rs `INIT_TARGET`): the worker writes a complete forged tar to its own stdout,
+/// tries to open the init's stdout and memory, signals it with SIGTERM, SIGKILL and SIGSTOP, and
+/// leaves a detached process rewriting a file in /output after it exits. The forged archive
+/// lands in the logs, never in the stage; the init is neither reachable nor stopped; and the
+/// leftover process is killed before the archive is made, so the session ends at once.
+#[test]
+fn the_worker_cannot_forge_the_archive_or_outlive_the_init() {
+    let g = Golem::new();
+    let witness = HostWitness::take(&g);
+    let run = hostile(&g, &[], &["forge-archive"]);
+    run.assert_status("staged", 0);
+    let steps = worker_report(&g.home, &run.session(), "forge-archive")["steps"].clone();
+    assert_eq!(steps["forged tar on stdout"]["ok"], true, "{steps}");
+    for step in ["open /proc/1/fd/1", "open /proc/1/mem"] {
+        assert_eq!(steps[step]["ok"], false, "{step} succeeded: {steps}");
+        assert!(
+            matches!(errno(&steps[step]), Some(EACCES | EPERM)),
+            "{step}: {steps}"
+        );
+    }
+    let state = steps["pid 1 state after signals"].as_str().unwrap_or("?");
+    assert!(
+        state == "S" || state == "R",
+        "the init was stopped or killed: {steps}"
+    );
+    assert_eq!(steps["late writer started"], true, "{steps}");
+    let files = assert_untrusted_stage(&g, &run.staged());
+    assert_eq!(
+        files,
+        ["late.txt", "ok.txt"],
+        "the forged evil.txt was staged"
+    );
+    let late = std::fs::read_to_string(g.staged_files(&run.staged()).join("late.txt")).unwrap();
+    assert!(
+        late.is_empty() || (late.len() == 2 && late.ends_with('\n')),
+        "{late:?}"
+    );
+    let logs =
+        std::fs::read_to_string(g.home.join("sessions").join(run.session()).join("logs.txt"))
+            .unwrap();
+    assert!(logs.contains("forged by the worker"), "{logs}");
+    witness.assert_unchanged();
+    g.assert_clean();
+}
+
 /// Attacks the PID namespace every container gets (container.rs `worker_body` never sets
 /// `pid_mode`) and the shared uid 65534: another session's worker, running as the same uid at
-/// the same time, is not even visible, so it can be neither signalled nor traced.
+/// the same time, is not even visible, so it can be neither signalled nor traced. The worker
+/// sees only itself and its own init, which it cannot trace either.
 #[test]
 fn another_sessions_worker_cannot_be_seen_signalled_or_traced() {
     let victim = Golem::new();
@@ -723,11 +778,17 @@ fn another_sessions_worker_cannot_be_seen_signalled_or_traced() {
     let list = procs["processes"].as_array().expect("process list");
     assert_eq!(
         list.len(),
-        1,
-        "the worker sees processes other than itself: {procs}"
+        2,
+        "the worker sees processes other than itself and its init: {procs}"
     );
-    assert_eq!(list[0]["self"], true);
-    assert_eq!(list[0]["pid"], 1);
+    let init = &list[0];
+    assert_eq!(
+        (&init["pid"], &init["comm"], &init["self"]),
+        (&json!(1), &json!(".golem-init"), &json!(false)),
+        "{procs}"
+    );
+    assert_eq!(errno(&init["ptrace_seize"]), Some(EPERM), "{procs}");
+    assert_eq!(list[1]["self"], true);
     assert!(!procs.to_string().contains("sleep 300"));
 
     let victim_child = victim_run.0.take().expect("victim");
@@ -793,7 +854,7 @@ fn links_fifos_setuid_files_and_sockets_are_refused_and_audited_by_name() {
     g.assert_clean();
 }
 
-/// Attacks the output volume mount (container.rs `output_mount`: /output is a mount point the
+/// Attacks the output mount (container.rs `worker_body`: /output is a tmpfs mount point the
 /// worker cannot remove, rename or replace) and extract.rs `check_root_entry` (an archive whose
 /// first entry is not the /output directory is refused whole). Every replacement fails with the
 /// kernel's errno, the symlinks left inside are refused by name, and nothing escapes to the host.
@@ -885,8 +946,8 @@ fn non_utf8_overlong_and_newline_names_are_refused_with_their_reasons() {
     g.assert_clean();
 }
 
-/// Attacks the volume's `nr_inodes` (plan.rs `build`: `max_files * 2 + 16`, applied by
-/// `OutputVolume::mount_options`) and extract.rs's `max_files` check: with the untrusted
+/// Attacks the tmpfs `nr_inodes` (plan.rs `build`: `max_files * 2 + 16`, applied by
+/// `Output::mount_options`) and extract.rs's `max_files` check: with the untrusted
 /// policy as shipped, 100,000 empty files (which cost no bytes, so `size=` cannot stop them)
 /// are stopped by the kernel after a few hundred, and the output is rejected as a whole.
 #[test]
@@ -946,7 +1007,7 @@ fn one_file_over_the_cap_is_refused_by_name_and_the_rest_staged() {
     g.assert_clean();
 }
 
-/// Attacks the volume's `size=` (plan.rs `OutputVolume`, from `max_total_bytes`): with the
+/// Attacks the tmpfs `size=` (plan.rs `Output`, from `max_total_bytes`): with the
 /// shipped policy, a worker trying to fill the disk is stopped by the kernel at 32 MiB (ENOSPC),
 /// in a tmpfs that never touches the host's disk; its one huge file is then over the per-file
 /// cap and refused. session.rs covers a narrowed cap; this is the policy as shipped.
@@ -995,7 +1056,7 @@ fn forkbomb_survivors() -> Vec<u32> {
 }
 
 /// Attacks plan.rs `build` `pids_limit` (the policy's `resources.pids`, 64 for untrusted),
-/// applied by container.rs `hardened_host_config`: the bomb (bounded at 1000 so a broken limit
+/// applied by container.rs `worker_body`: the bomb (bounded at 1000 so a broken limit
 /// cannot hurt a shared host) gets EAGAIN below the limit, its main process still reports and
 /// exits, the session finishes, and no forked process survives the container.
 #[test]

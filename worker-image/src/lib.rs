@@ -17,10 +17,15 @@
 //! [`escape`] and [`report::sanitize`]): control, bidi and invisible
 //! characters are made visible and Markdown is neutralised. Only text and
 //! JSON are written; input bytes are never copied through.
+//!
+//! The same binary is also PID 1 of every worker container ([`init`]): it
+//! runs the worker, kills what the worker left behind and streams the output
+//! directory to the host as a tar archive on stdout.
 
 pub mod detect;
 pub mod escape;
 pub mod extract;
+pub mod init;
 pub mod model;
 pub mod outnames;
 pub mod report;

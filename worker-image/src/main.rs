@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use golem_worker::init::{self, InitOptions, INIT_COMMAND, MAX_DEADLINE_SECS};
 use golem_worker::sandbox::{self, Limits, CHILD_COMMAND};
 use golem_worker::{run, Mode, Options, EXIT_USAGE, VERSION};
 
@@ -15,7 +16,7 @@ const USAGE: &str = "\
 usage: golem-worker [report|text] [--input DIR] [--output DIR] [--task FILE]
                     [--per-input-timeout DURATION] [--per-input-memory SIZE]
                     [--jobs N] [--max-inputs N] [--max-output-bytes SIZE]
-       golem-worker hold
+       golem-worker init [--deadline SECS] [--output DIR] -- PROGRAM [ARGS...]
        golem-worker version
        golem-worker --help
 
@@ -31,7 +32,13 @@ text     write <path>.txt with the extracted text of every input (at most
          Symbolic links and special files are listed, never followed or read.
          The first line of --task (default /task/instructions.md), if
          present, heads the index.
-hold     block forever (keeps the output volume mounted; expects SIGKILL).
+init     be a worker container's PID 1: run PROGRAM (found through PATH)
+         with stdin from /dev/null and its stdout and stderr on stderr; when
+         it ends, kill every other process, write --output (default /output)
+         to stdout as a tar stream and exit with PROGRAM's status (128+N if
+         signal N killed it; 127 if it could not be run). After --deadline
+         (default 3600, at most 86400 seconds) everything is killed and init
+         exits 124 without an archive; 125: the archive could not be written.
 version  print the version.
 
 Each input is analysed in its own child process:
@@ -53,7 +60,7 @@ Exit 0: all inputs processed; 1: some input failed (it has an error entry);
 enum Command {
     Run(Options),
     Child(Mode, u64),
-    Hold,
+    Init(InitOptions),
     Version,
     Help,
 }
@@ -170,6 +177,36 @@ fn parse_child(args: &mut impl Iterator<Item = OsString>) -> Result<Command, Str
     Ok(Command::Child(mode, size))
 }
 
+fn parse_init(args: &mut impl Iterator<Item = OsString>) -> Result<Command, String> {
+    let mut opts = InitOptions::new(OsString::new(), Vec::new());
+    loop {
+        let flag = args.next().ok_or("init: expected -- PROGRAM [ARGS...]")?;
+        match flag.to_str() {
+            Some("--") => break,
+            Some("--help" | "-h") => return Ok(Command::Help),
+            Some("--deadline") => {
+                let value = args.next().ok_or("init: --deadline needs a value")?;
+                let secs = value
+                    .to_str()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|s| (1..=MAX_DEADLINE_SECS).contains(s))
+                    .ok_or_else(|| {
+                        let max = MAX_DEADLINE_SECS;
+                        format!("init: --deadline: expected 1 to {max} seconds, got {value:?}")
+                    })?;
+                opts.deadline = Duration::from_secs(secs);
+            }
+            Some("--output") => {
+                opts.output = PathBuf::from(args.next().ok_or("init: --output needs a value")?);
+            }
+            _ => return Err(format!("init: unknown option {flag:?}")),
+        }
+    }
+    opts.program = args.next().ok_or("init: PROGRAM is missing after --")?;
+    opts.args = args.collect();
+    Ok(Command::Init(opts))
+}
+
 fn parse(args: Vec<OsString>) -> Result<Command, String> {
     let mut args = args.into_iter().peekable();
     let first = args.peek().and_then(|a| a.to_str()).map(str::to_string);
@@ -184,11 +221,11 @@ fn parse(args: Vec<OsString>) -> Result<Command, String> {
                 Some("report") => parse_run(Mode::Report, &mut args),
                 Some("text") => parse_run(Mode::Text, &mut args),
                 Some(CHILD_COMMAND) => parse_child(&mut args),
+                Some(INIT_COMMAND) => parse_init(&mut args),
                 Some("--help" | "-h" | "help") => Ok(Command::Help),
                 Some("--version" | "-V") => Ok(Command::Version),
-                Some(other @ ("hold" | "version")) => match args.next() {
-                    Some(extra) => Err(format!("{other} takes no arguments, got {extra:?}")),
-                    None if other == "hold" => Ok(Command::Hold),
+                Some("version") => match args.next() {
+                    Some(extra) => Err(format!("version takes no arguments, got {extra:?}")),
                     None => Ok(Command::Version),
                 },
                 _ => Err(format!("unknown command {a:?}")),
@@ -197,20 +234,11 @@ fn parse(args: Vec<OsString>) -> Result<Command, String> {
     }
 }
 
-/// Blocks forever. As PID 1 of the holder container it has no signal
-/// handlers, so SIGTERM is ignored by the kernel and the orchestrator ends it
-/// with SIGKILL; `park` may wake spuriously, hence the loop.
-fn hold() -> ! {
-    loop {
-        std::thread::park();
-    }
-}
-
 fn main() -> ExitCode {
     let code = match parse(std::env::args_os().skip(1).collect()) {
         Ok(Command::Run(opts)) => run(&opts),
         Ok(Command::Child(mode, size)) => sandbox::child_main(mode, size),
-        Ok(Command::Hold) => hold(),
+        Ok(Command::Init(opts)) => init::main(&opts),
         Ok(Command::Version) => {
             println!("golem-worker {VERSION}");
             0
@@ -241,5 +269,52 @@ mod tests {
         assert_eq!(parse_size("256m"), Some(256 << 20));
         assert_eq!(parse_size("1GiB"), Some(1 << 30));
         assert_eq!(parse_size("12q"), None);
+    }
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn init_command_line() {
+        let Ok(Command::Init(opts)) = parse(args(&["init", "--", "worker"])) else {
+            panic!("init with defaults");
+        };
+        assert_eq!(opts, InitOptions::new("worker", Vec::new()));
+
+        let full = args(&[
+            "init",
+            "--deadline",
+            "60",
+            "--output",
+            "/out",
+            "--",
+            "/bin/w",
+            "--x",
+            "--",
+            "y",
+        ]);
+        let Ok(Command::Init(opts)) = parse(full) else {
+            panic!("init with options");
+        };
+        assert_eq!(opts.deadline, Duration::from_secs(60));
+        assert_eq!(opts.output, PathBuf::from("/out"));
+        assert_eq!(opts.program, OsString::from("/bin/w"));
+        assert_eq!(opts.args, args(&["--x", "--", "y"]));
+
+        for bad in [
+            &["init"][..],
+            &["init", "worker"],
+            &["init", "--"],
+            &["init", "--deadline", "0", "--", "w"],
+            &["init", "--deadline", "86401", "--", "w"],
+            &["init", "--deadline", "1m", "--", "w"],
+            &["init", "--deadline"],
+            &["init", "--output"],
+            &["init", "--input", "/x", "--", "w"],
+        ] {
+            let result = parse(args(bad));
+            assert!(result.is_err(), "{bad:?} should be bad usage");
+        }
     }
 }

@@ -22,7 +22,8 @@
 //!   sending to public or private addresses. `HOSTILE_WORKER_REAL_EGRESS=1`
 //!   lifts this where such traffic is acceptable.
 //! - the fork and memory bombs and an unbounded `fill` only act as a
-//!   container's main process (PID 1, or the child of `docker-init`/`tini`)
+//!   container's main process (PID 1, or the child of `docker-init`, `tini`
+//!   or golem-orch's `.golem-init`)
 //!   unless `HOSTILE_WORKER_ALLOW_HOST=1` is set. (`/.dockerenv` is not
 //!   enough: development machines can themselves be containers.)
 
@@ -60,6 +61,9 @@ modes:
   try-read PATH...    try to read (or list) each PATH; write /output/reads.json
   procs               list every visible process and try to ptrace-seize and signal (0) each
                       one that is not ours; write /output/procs.json
+  forge-archive       attack the init that streams /output: write a forged tar to stdout, try
+                      /proc/1/fd/1 and /proc/1/mem, signal PID 1, and leave a detached process
+                      rewriting /output/late.txt after the worker exits
 environment: HOSTILE_OUTPUT_DIR (default /output), HOSTILE_INPUT_DIR (default /input),
   HOSTILE_WORKER_ALLOW_HOST=1 to run the dangerous modes outside a container.
 ";
@@ -148,6 +152,7 @@ fn main() -> ExitCode {
         ("echo-env", None) => echo_env(),
         ("try-read", Some(_)) => try_read(&args[1..]),
         ("procs", None) => procs(),
+        ("forge-archive", None) => forge_archive(),
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
             println!("exec-ok");
@@ -181,7 +186,7 @@ fn input_dir() -> PathBuf {
 }
 
 /// True when we are a container's main process (PID 1, or the only child of
-/// Docker's `--init`), where the dangerous modes are meant to run.
+/// Docker's `--init` or golem-orch's init), where the dangerous modes are meant to run.
 fn in_container() -> bool {
     if std::process::id() == 1 {
         return true;
@@ -189,7 +194,11 @@ fn in_container() -> bool {
     let init = read_text("/proc/1/comm").unwrap_or_default();
     // SAFETY: getppid has no preconditions.
     let parent_is_init = unsafe { libc::getppid() } == 1;
-    parent_is_init && matches!(init.trim(), "docker-init" | "tini" | "catatonit")
+    parent_is_init
+        && matches!(
+            init.trim(),
+            "docker-init" | "tini" | "catatonit" | ".golem-init"
+        )
 }
 
 /// Network interfaces other than `lo`, from `/sys/class/net` or else
@@ -1230,6 +1239,107 @@ fn replace_output() -> i32 {
             "listing": value_or_error(dir_names(&out)),
         }),
     );
+    s.finish();
+    0
+}
+
+/// A tar (ustar) holding one file, `output/evil.txt`, with its two end blocks: what the
+/// host would stage if a worker's stdout were taken for the init's archive.
+fn forged_tar() -> Vec<u8> {
+    let body = b"forged by the worker\n";
+    let mut h = [0u8; 512];
+    let mut put = |at: usize, field: &[u8]| h[at..at + field.len()].copy_from_slice(field);
+    put(0, b"output/evil.txt");
+    put(100, b"0000644\0");
+    put(108, b"0000000\0");
+    put(116, b"0000000\0");
+    put(124, format!("{:011o}\0", body.len()).as_bytes());
+    put(136, b"00000000000\0");
+    put(148, b"        ");
+    put(156, b"0");
+    put(257, b"ustar\0");
+    put(263, b"00");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    let mut tar = h.to_vec();
+    tar.extend_from_slice(body);
+    tar.resize(1024, 0);
+    tar.resize(2048, 0);
+    tar
+}
+
+fn forge_archive() -> i32 {
+    let out = output_dir();
+    let mut s = Steps::new("forge-archive");
+    write_ok(&mut s);
+    flush();
+    s.record(
+        "forged tar on stdout",
+        io::stdout()
+            .write_all(&forged_tar())
+            .and_then(|()| io::stdout().flush()),
+    );
+    println!();
+    s.record(
+        "open /proc/1/fd/1",
+        OpenOptions::new().write(true).open("/proc/1/fd/1"),
+    );
+    s.record(
+        "open /proc/1/mem",
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/1/mem"),
+    );
+    for (name, sig) in [
+        ("SIGTERM", libc::SIGTERM),
+        ("SIGKILL", libc::SIGKILL),
+        ("SIGSTOP", libc::SIGSTOP),
+    ] {
+        // SAFETY: kill has no memory preconditions.
+        let r = unsafe { libc::kill(1, sig) };
+        s.note(&format!("kill(1, {name})"), json!({ "returned": r }));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let state = read_text("/proc/1/stat").map(|stat| {
+        // The state is the field after the parenthesised command name.
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').next().map(str::to_string))
+            .unwrap_or_default()
+    });
+    s.note(
+        "pid 1 state after signals",
+        value_or_error(state.map(Value::from)),
+    );
+    // A detached grandchild that keeps rewriting a file after the worker has exited.
+    // SAFETY: the child only calls async-signal-safe functions and never returns.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            libc::setsid();
+            if libc::fork() == 0 {
+                let path = cstring(&out.join("late.txt")).unwrap_or_default();
+                let mut n: u64 = 0;
+                loop {
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                        0o644,
+                    );
+                    if fd >= 0 {
+                        let line = [b'0' + (n % 10) as u8, b'\n'];
+                        libc::write(fd, line.as_ptr().cast(), 2);
+                        libc::close(fd);
+                    }
+                    n += 1;
+                    libc::usleep(1000);
+                }
+            }
+            libc::_exit(0);
+        }
+    }
+    s.note("late writer started", json!(child > 0));
+    std::thread::sleep(Duration::from_millis(200));
     s.finish();
     0
 }

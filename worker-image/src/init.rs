@@ -1,0 +1,1048 @@
+//! `golem-worker init`: PID 1 of every worker container.
+//!
+//! The orchestrator bind-mounts this static binary read-only at
+//! `/.golem-init` into any worker image (even `FROM scratch`, with no shell)
+//! and starts the container as
+//!
+//! ```text
+//! /.golem-init init --deadline SECS --output /output -- PROGRAM [ARGS...]
+//! ```
+//!
+//! Init runs PROGRAM as its child. When that ends, init kills every other
+//! process in the container, so nothing can still be writing into the output
+//! directory, and writes the directory to stdout as a plain tar stream of the
+//! shape Docker's archive API produces (`output/`, then `output/<path>`). The
+//! host reads stdout over the attach stream and validates every entry as
+//! hostile, logging each rejection; so init reports faithfully what is there
+//! (links, FIFOs, devices, setuid bits, odd names) instead of filtering it,
+//! and never follows a link or opens anything but a regular file.
+//!
+//! Init's fd 1 carries nothing but the tar: the worker's stdout and stderr
+//! both go to init's stderr, and init makes itself non-dumpable so the
+//! same-uid worker can neither ptrace it nor open `/proc/1/fd/1`. It installs
+//! no signal handlers: a PID-namespace init without handlers is immune to
+//! signals sent from inside its container.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use tar::{Builder, EntryType, Header};
+
+use crate::escape::escape_path;
+use crate::DEFAULT_OUTPUT;
+
+/// The subcommand that runs init.
+pub const INIT_COMMAND: &str = "init";
+/// `--deadline` when none is given: a backstop for a dead orchestrator, which
+/// normally stops the container long before.
+pub const DEFAULT_DEADLINE_SECS: u64 = 3600;
+/// The longest `--deadline` accepted (one day).
+pub const MAX_DEADLINE_SECS: u64 = 86_400;
+/// Entries whose path relative to the output directory is longer than this
+/// are skipped with a note (the host rejects them anyway, and the walk's
+/// memory stays bounded however deep the worker nests directories).
+pub const MAX_RELATIVE_PATH: usize = 4096;
+/// Exit code: the deadline passed; no archive was written.
+pub const EXIT_DEADLINE: i32 = 124;
+/// Exit code: the archive could not be written (for example the host went
+/// away, or a file was shorter than its size); it has no end marker.
+pub const EXIT_ARCHIVE_FAILED: i32 = 125;
+/// Exit code: PROGRAM could not be started (as a shell reports it).
+pub const EXIT_CANNOT_RUN: i32 = 127;
+
+/// The stdout buffer: large writes keep the attach stream efficient.
+const OUTPUT_BUFFER: usize = 64 * 1024;
+/// Size of the name and link-name fields of a tar header; longer ones need a
+/// GNU long-name entry.
+const NAME_FIELD: usize = 100;
+/// The name GNU tar gives its long-name and long-link entries.
+const GNU_LONG_NAME: &[u8] = b"././@LongLink";
+/// The root entry's name when `--output` has no last component (`/`, `..`).
+const FALLBACK_ROOT: &[u8] = b"output";
+
+/// What `init` runs and where the results are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitOptions {
+    /// How long PROGRAM may run before everything is killed and init exits
+    /// with [`EXIT_DEADLINE`] without an archive.
+    pub deadline: Duration,
+    /// The directory written to stdout as a tar stream.
+    pub output: PathBuf,
+    /// The worker program, looked up through `PATH` when it has no `/`.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+impl InitOptions {
+    /// Options with the default deadline and output directory.
+    pub fn new(program: impl Into<OsString>, args: Vec<OsString>) -> Self {
+        Self {
+            deadline: Duration::from_secs(DEFAULT_DEADLINE_SECS),
+            output: PathBuf::from(DEFAULT_OUTPUT),
+            program: program.into(),
+            args,
+        }
+    }
+}
+
+/// Runs init: the worker, then the kill, then the archive. Returns the exit
+/// code: the worker's exit code, or 128 + N when signal N killed it,
+/// [`EXIT_CANNOT_RUN`] when it could not be started (the archive is still
+/// written), or [`EXIT_ARCHIVE_FAILED`] when the archive could not be
+/// written. The deadline ends the process from a timer thread instead.
+pub fn main(opts: &InitOptions) -> i32 {
+    // First of all, so the worker never gets a chance to attach to init or to
+    // open its stdout through /proc/1/fd/1. Should it fail, no archive could
+    // be trusted, so nothing runs at all.
+    let zero: libc::c_ulong = 0;
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, zero, zero, zero, zero) } != 0 {
+        let e = io::Error::last_os_error();
+        say(&format!("golem-init: cannot make init non-dumpable: {e}"));
+        return EXIT_ARCHIVE_FAILED;
+    }
+    let status = run_worker(opts);
+    match archive_to_stdout(&opts.output) {
+        Ok(()) => status,
+        Err(e) => {
+            say(&format!(
+                "golem-init: writing the output archive failed: {e}"
+            ));
+            EXIT_ARCHIVE_FAILED
+        }
+    }
+}
+
+/// Writes one line to stderr. Never panics (unlike `eprintln!`): a closed or
+/// broken stderr must not take PID 1, and with it the archive, down.
+fn say(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+/// A duplicate of init's stderr, for the worker's stdout and stderr: the
+/// worker must never get init's fd 1, which carries the archive. If stderr
+/// is closed, the worker's output is discarded.
+fn to_stderr() -> Stdio {
+    match io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Stdio::from(fd),
+        Err(_) => Stdio::null(),
+    }
+}
+
+/// Starts the worker in its own process group, waits for it (reaping every
+/// orphan on the way), kills everything that is left and reaps it. Returns
+/// the worker's exit code.
+fn run_worker(opts: &InitOptions) -> i32 {
+    let mut cmd = Command::new(&opts.program);
+    cmd.args(&opts.args)
+        .stdin(Stdio::null())
+        .stdout(to_stderr())
+        .stderr(to_stderr())
+        .process_group(0);
+    let status = match cmd.spawn() {
+        // The `Child` handle is dropped unused: init reaps with waitpid
+        // itself, since orphans must be reaped too.
+        Ok(child) => wait_worker(child.id() as libc::pid_t, opts.deadline),
+        Err(e) => {
+            let program = escape_path(&opts.program);
+            say(&format!("golem-init: cannot run {program}: {e}"));
+            kill_everything(None);
+            EXIT_CANNOT_RUN
+        }
+    };
+    reap_all();
+    status
+}
+
+/// Waits until the worker `pid` has exited, reaping other children as they
+/// exit, then kills its process group (and, as PID 1, every process) while
+/// the worker is still a zombie, so its process group id cannot have been
+/// reused; then reaps the worker and returns its exit code.
+fn wait_worker(pid: libc::pid_t, deadline: Duration) -> i32 {
+    let done = Arc::new(Mutex::new(false));
+    start_deadline(pid, deadline, Arc::clone(&done));
+    loop {
+        match wait_any_exited() {
+            Ok(exited) if exited == pid => break,
+            Ok(exited) => {
+                let _ = reap(exited);
+            }
+            Err(e) => {
+                // Only ECHILD is possible, and not while the worker is
+                // unreaped.
+                say(&format!("golem-init: waiting for the worker failed: {e}"));
+                break;
+            }
+        }
+    }
+    *done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    kill_everything(Some(pid));
+    match reap(pid) {
+        Ok(status) => {
+            let status = ExitStatus::from_raw(status);
+            status
+                .code()
+                .or_else(|| status.signal().map(|s| 128 + s))
+                .unwrap_or(1)
+        }
+        Err(e) => {
+            say(&format!("golem-init: waiting for the worker failed: {e}"));
+            1
+        }
+    }
+}
+
+/// Starts the timer thread: if the worker is still running after
+/// `deadline`, kill everything and exit with [`EXIT_DEADLINE`] without an
+/// archive (the host treats a missing archive as a failure). Holding the
+/// lock while killing means the worker cannot be reaped meanwhile, so its
+/// process group id stays valid.
+fn start_deadline(pgid: libc::pid_t, deadline: Duration, done: Arc<Mutex<bool>>) {
+    let timer = thread::Builder::new()
+        .name("deadline".to_string())
+        .spawn(move || {
+            thread::sleep(deadline);
+            let done = done.lock().unwrap_or_else(PoisonError::into_inner);
+            if !*done {
+                say(&format!(
+                    "golem-init: deadline of {} s reached; killing the worker",
+                    deadline.as_secs()
+                ));
+                kill_everything(Some(pgid));
+                std::process::exit(EXIT_DEADLINE);
+            }
+        });
+    if let Err(e) = timer {
+        say(&format!(
+            "golem-init: cannot start the deadline timer ({e}); killing the worker"
+        ));
+        kill_everything(Some(pgid));
+        std::process::exit(EXIT_DEADLINE);
+    }
+}
+
+/// Sends SIGKILL to the worker's process group and, only when this process
+/// is PID 1 of its namespace, to every process in it (`kill(-1)`). On a host,
+/// as in the tests, `kill(-1)` would kill all of the user's processes.
+fn kill_everything(group: Option<libc::pid_t>) {
+    if let Some(pgid) = group.filter(|&g| g > 1) {
+        // SAFETY: kill takes plain integers; `-pgid` names one process group.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+    if std::process::id() == 1 {
+        // SAFETY: as above; as PID 1 this spares init itself.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+    }
+}
+
+/// Waits for any child to exit without reaping it; returns its pid.
+fn wait_any_exited() -> io::Result<libc::pid_t> {
+    loop {
+        // SAFETY: siginfo_t is plain data, for which all zeroes is valid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid siginfo_t for the kernel to fill in.
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            // SAFETY: waitid filled `info` for an exited child (no WNOHANG).
+            return Ok(unsafe { info.si_pid() });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reaps `pid`; returns its raw wait status.
+fn reap(pid: libc::pid_t) -> io::Result<libc::c_int> {
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid int for the kernel to fill in.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
+            return Ok(status);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reaps children until there are none (ECHILD). After [`kill_everything`]
+/// this returns once every process but init is gone.
+fn reap_all() {
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid int for the kernel to fill in.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// Writes the archive of `dir` to init's stdout, notes to stderr.
+fn archive_to_stdout(dir: &Path) -> io::Result<()> {
+    let stdout = File::from(io::stdout().as_fd().try_clone_to_owned()?);
+    let out = BufWriter::with_capacity(OUTPUT_BUFFER, stdout);
+    write_archive(dir, out, |note| say(&note))
+}
+
+/// Writes `dir` to `out` as the tar stream Docker's archive API would give
+/// for it: a directory entry named after the last component of `dir` (`output/`
+/// for `/output`), then every entry under it as `output/<relative path>`
+/// (directories with a trailing `/`), depth first, each directory's entries
+/// sorted by name bytes, then the end-of-archive marker.
+///
+/// Nothing is filtered (the host validates every entry and logs what it
+/// rejects) and nothing is followed: entries are `lstat`ed; symbolic links,
+/// hard links, FIFOs and devices become entries of their own type; only
+/// regular files are opened, with `O_NOFOLLOW | O_NONBLOCK`, and checked to
+/// be what was `lstat`ed. Headers carry the mode (`st_mode & 0o7777`, setuid
+/// bits included), uid, gid and mtime; names are raw bytes. The walk uses an
+/// explicit stack, since the depth is the worker's choice.
+///
+/// Sockets (no tar type exists), entries that cannot be read and paths
+/// longer than [`MAX_RELATIVE_PATH`] are skipped; each skip is passed to
+/// `note` as one line, with the name escaped.
+///
+/// An error (from `out`, or a file shorter than its size) ends the stream
+/// where it is, without the end-of-archive marker, so the host can tell a
+/// cut archive from a complete one.
+pub fn write_archive<W: Write>(dir: &Path, out: W, mut note: impl FnMut(String)) -> io::Result<()> {
+    let context = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("{}: {e}", show(dir.as_os_str().as_bytes())),
+        )
+    };
+    let root = fs::symlink_metadata(dir).map_err(context)?;
+    if !root.is_dir() {
+        return Err(context(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a directory",
+        )));
+    }
+    archive_with(out, |ar| walk(ar, dir, &root, &mut note))
+}
+
+/// Runs `body` on a builder writing to `out`, then ends the archive, or, if
+/// `body` failed, makes sure it never is ended.
+fn archive_with<W: Write>(
+    out: W,
+    body: impl FnOnce(&mut Builder<Abandonable<W>>) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut ar = Builder::new(Abandonable {
+        inner: out,
+        abandoned: false,
+    });
+    if let Err(e) = body(&mut ar) {
+        // The builder's Drop writes the end-of-archive marker; refuse it.
+        ar.get_mut().abandoned = true;
+        return Err(e);
+    }
+    ar.into_inner()?.inner.flush()
+}
+
+/// A writer that can be told to refuse every further write. `tar::Builder`
+/// appends the end-of-archive marker when dropped, even after a failed
+/// entry; an abandoned archive must end without it.
+struct Abandonable<W> {
+    inner: W,
+    abandoned: bool,
+}
+
+impl<W: Write> Write for Abandonable<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.abandoned {
+            return Err(io::Error::other("the archive was abandoned"));
+        }
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.abandoned {
+            return Err(io::Error::other("the archive was abandoned"));
+        }
+        self.inner.flush()
+    }
+}
+
+/// One directory being walked: its path relative to the output directory
+/// (empty for the root) and the names still to visit, in reverse order.
+struct Frame {
+    rel: Vec<u8>,
+    names: Vec<OsString>,
+}
+
+/// The first (dev, ino) → archive name of every multiply linked regular
+/// file, for hard-link entries.
+type Links = HashMap<(u64, u64), Vec<u8>>;
+
+fn walk<W: Write>(
+    ar: &mut Builder<W>,
+    dir: &Path,
+    root_meta: &Metadata,
+    note: &mut dyn FnMut(String),
+) -> io::Result<()> {
+    let mut root = dir
+        .file_name()
+        .map_or(FALLBACK_ROOT, |n| n.as_bytes())
+        .to_vec();
+    root.push(b'/');
+    append_empty(ar, header(root_meta, EntryType::Directory), &root)?;
+    let mut links = Links::new();
+    let mut stack = vec![Frame {
+        rel: Vec::new(),
+        names: list_dir(dir, &root, note),
+    }];
+    while let Some(frame) = stack.last_mut() {
+        let Some(name) = frame.names.pop() else {
+            stack.pop();
+            continue;
+        };
+        let mut rel = frame.rel.clone();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name.as_bytes());
+        let mut entry = [root.as_slice(), rel.as_slice()].concat();
+        if rel.len() > MAX_RELATIVE_PATH {
+            note(format!(
+                "golem-init: skipped {}: its path is longer than {MAX_RELATIVE_PATH} bytes",
+                show(&entry)
+            ));
+            continue;
+        }
+        let path = dir.join(OsStr::from_bytes(&rel));
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) => {
+                note(format!("golem-init: skipped {}: {e}", show(&entry)));
+                continue;
+            }
+        };
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            entry.push(b'/');
+            append_empty(ar, header(&meta, EntryType::Directory), &entry)?;
+            let names = list_dir(&path, &entry, note);
+            stack.push(Frame { rel, names });
+        } else if kind.is_file() {
+            append_file(ar, &path, &meta, &entry, &mut links, note)?;
+        } else if kind.is_symlink() {
+            match fs::read_link(&path) {
+                Ok(target) => append_link(
+                    ar,
+                    header(&meta, EntryType::Symlink),
+                    &entry,
+                    target.as_os_str().as_bytes(),
+                )?,
+                Err(e) => note(format!("golem-init: skipped {}: {e}", show(&entry))),
+            }
+        } else if kind.is_fifo() {
+            append_empty(ar, header(&meta, EntryType::Fifo), &entry)?;
+        } else if kind.is_char_device() || kind.is_block_device() {
+            let kind = if kind.is_char_device() {
+                EntryType::Char
+            } else {
+                EntryType::Block
+            };
+            let mut h = header(&meta, kind);
+            h.set_device_major(libc::major(meta.rdev()))?;
+            h.set_device_minor(libc::minor(meta.rdev()))?;
+            append_empty(ar, h, &entry)?;
+        } else if kind.is_socket() {
+            note(format!("golem-init: skipped socket {}", show(&entry)));
+        } else {
+            note(format!(
+                "golem-init: skipped {}: unknown file type",
+                show(&entry)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A name as it may be shown on a terminal.
+fn show(name: &[u8]) -> String {
+    escape_path(OsStr::from_bytes(name))
+}
+
+/// The names in a directory, sorted by bytes, in reverse (so `pop` yields
+/// them in order). A directory that cannot be read is noted and counts as
+/// empty (its own entry has been written already).
+fn list_dir(path: &Path, entry: &[u8], note: &mut dyn FnMut(String)) -> Vec<OsString> {
+    let mut names = Vec::new();
+    match fs::read_dir(path) {
+        Ok(entries) => {
+            for e in entries {
+                match e {
+                    Ok(e) => names.push(e.file_name()),
+                    Err(e) => {
+                        note(format!(
+                            "golem-init: cannot list all of {}: {e}",
+                            show(entry)
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        Err(e) => note(format!("golem-init: cannot list {}: {e}", show(entry))),
+    }
+    names.sort_unstable_by(|a, b| b.as_bytes().cmp(a.as_bytes()));
+    names
+}
+
+/// A GNU header of type `kind` with the mode, owner and mtime of `meta`
+/// (from `lstat`) and size 0.
+fn header(meta: &Metadata, kind: EntryType) -> Header {
+    let mut h = Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(meta.mode() & 0o7777);
+    h.set_uid(meta.uid().into());
+    h.set_gid(meta.gid().into());
+    // tar has no negative times.
+    h.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+    h.set_size(0);
+    h
+}
+
+fn as_path(name: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(name))
+}
+
+/// Appends an entry without contents. `append_data` writes a GNU long-name
+/// entry first when `name` does not fit the header (raw bytes, any length).
+fn append_empty<W: Write>(ar: &mut Builder<W>, mut h: Header, name: &[u8]) -> io::Result<()> {
+    ar.append_data(&mut h, as_path(name), io::empty())
+}
+
+/// Appends a symbolic or hard link entry with `target` exactly as it is.
+/// `Builder::append_link` is not used because it passes the target through
+/// `Path::components`, which rewrites it (`a//b/./c` becomes `a/b/c`); the
+/// host must see the real target. A target longer than the header field
+/// gets a GNU long-link (`K`) entry, as GNU tar writes it.
+fn append_link<W: Write>(
+    ar: &mut Builder<W>,
+    mut h: Header,
+    name: &[u8],
+    target: &[u8],
+) -> io::Result<()> {
+    if target.len() > NAME_FIELD {
+        let mut long = Header::new_gnu();
+        long.as_old_mut().name[..GNU_LONG_NAME.len()].copy_from_slice(GNU_LONG_NAME);
+        long.set_mode(0o644);
+        long.set_uid(0);
+        long.set_gid(0);
+        long.set_mtime(0);
+        // The name and its terminating NUL, as GNU tar writes it.
+        long.set_size(target.len() as u64 + 1);
+        long.set_entry_type(EntryType::GNULongLink);
+        long.set_cksum();
+        ar.append(&long, target.chain(&[0u8][..]))?;
+    }
+    h.set_link_name_literal(&target[..target.len().min(NAME_FIELD)])?;
+    append_empty(ar, h, name)
+}
+
+/// Appends a regular file: a hard-link entry if it is a further name of a
+/// file already written, else its contents, read through a descriptor
+/// opened without following links or blocking and checked to be the file
+/// that was `lstat`ed. A file that cannot be opened is noted and skipped.
+fn append_file<W: Write>(
+    ar: &mut Builder<W>,
+    path: &Path,
+    meta: &Metadata,
+    name: &[u8],
+    links: &mut Links,
+    note: &mut dyn FnMut(String),
+) -> io::Result<()> {
+    let key = (meta.dev(), meta.ino());
+    if meta.nlink() > 1 {
+        if let Some(first) = links.get(&key) {
+            return append_link(ar, header(meta, EntryType::Link), name, first);
+        }
+    }
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) => {
+            note(format!("golem-init: skipped {}: {e}", show(name)));
+            return Ok(());
+        }
+    };
+    let same = file.metadata().is_ok_and(|now| {
+        now.is_file()
+            && now.dev() == meta.dev()
+            && now.ino() == meta.ino()
+            && now.len() == meta.len()
+    });
+    if !same {
+        note(format!(
+            "golem-init: skipped {}: it changed while being archived",
+            show(name)
+        ));
+        return Ok(());
+    }
+    let mut h = header(meta, EntryType::Regular);
+    h.set_size(meta.len());
+    let contents = Exact {
+        inner: file,
+        left: meta.len(),
+        name: show(name),
+    };
+    ar.append_data(&mut h, as_path(name), contents)?;
+    if meta.nlink() > 1 {
+        links.insert(key, name.to_vec());
+    }
+    Ok(())
+}
+
+/// Reads exactly `left` bytes: the header already promised that size, so a
+/// file that ends early is an error, never a silently misaligned archive.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+    /// The escaped archive name, for error messages.
+    name: String,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = usize::try_from(self.left).map_or(buf.len(), |left| left.min(buf.len()));
+        let n = self
+            .inner
+            .read(&mut buf[..want])
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot read {}: {e}", self.name)))?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{} ended {} bytes before its size", self.name, self.left),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::ffi::CString;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::net::UnixListener;
+
+    /// One parsed entry.
+    #[derive(Debug)]
+    struct Seen {
+        name: Vec<u8>,
+        kind: EntryType,
+        mode: u32,
+        size: u64,
+        link: Option<Vec<u8>>,
+        data: Vec<u8>,
+        uid: u64,
+    }
+
+    fn parse(bytes: &[u8]) -> Vec<Seen> {
+        let mut archive = tar::Archive::new(bytes);
+        let mut seen = Vec::new();
+        for entry in archive.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).expect("contents");
+            let h = entry.header();
+            seen.push(Seen {
+                name: entry.path_bytes().into_owned(),
+                kind: h.entry_type(),
+                mode: h.mode().expect("mode"),
+                size: h.size().expect("size"),
+                link: entry.link_name_bytes().map(|l| l.into_owned()),
+                data,
+                uid: h.uid().expect("uid"),
+            });
+        }
+        seen
+    }
+
+    fn archive(dir: &Path) -> (Vec<u8>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut notes = Vec::new();
+        write_archive(dir, &mut out, |n| notes.push(n)).expect("archive");
+        (out, notes)
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    fn mkfifo(path: &Path) {
+        let c = CString::new(path.as_os_str().as_bytes()).expect("no NUL");
+        // SAFETY: `c` is a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o640) }, 0, "mkfifo");
+    }
+
+    fn ends_with_end_marker(bytes: &[u8]) -> bool {
+        bytes.len() >= 1024 && bytes[bytes.len() - 1024..].iter().all(|&b| b == 0)
+    }
+
+    #[test]
+    fn archive_reports_every_kind_of_entry_faithfully() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let out = tmp.path().join("output");
+        fs::create_dir(&out).expect("mkdir");
+        chmod(&out, 0o755);
+        fs::create_dir_all(out.join("a/b")).expect("mkdir");
+        fs::write(out.join("a/b/deep.txt"), b"deep\n").expect("write");
+        fs::write(out.join("file.txt"), b"hello\n").expect("write");
+        chmod(&out.join("file.txt"), 0o640);
+        fs::write(out.join("empty"), b"").expect("write");
+        symlink("/etc/passwd", out.join("passwd")).expect("symlink");
+        symlink("a//b/./c/", out.join("odd-link")).expect("symlink");
+        let long_target = format!("/{}", "t/".repeat(80));
+        symlink(&long_target, out.join("long-link")).expect("symlink");
+        mkfifo(&out.join("fifo"));
+        fs::write(out.join("hard1"), b"shared").expect("write");
+        fs::hard_link(out.join("hard1"), out.join("hard2")).expect("link");
+        let bad = OsStr::from_bytes(b"bad\xff\xfe\x1b[31m");
+        fs::write(out.join(bad), b"bad name").expect("write");
+        let long_name = "n".repeat(200);
+        fs::write(out.join(&long_name), b"long name").expect("write");
+        let long_dir = format!("{}/{}", "d".repeat(60), "e".repeat(60));
+        fs::create_dir_all(out.join(&long_dir)).expect("mkdir");
+        fs::write(out.join(&long_dir).join("f"), b"long path").expect("write");
+        fs::write(out.join("setuid"), b"#!/bin/sh\n").expect("write");
+        chmod(&out.join("setuid"), 0o4755);
+        let _socket = UnixListener::bind(out.join("sock")).expect("socket");
+
+        let (bytes, notes) = archive(&out);
+        assert!(ends_with_end_marker(&bytes), "no end-of-archive marker");
+        assert_eq!(
+            notes,
+            vec!["golem-init: skipped socket output/sock".to_string()]
+        );
+
+        let seen = parse(&bytes);
+        let names: Vec<String> = seen
+            .iter()
+            .map(|s| String::from_utf8_lossy(&s.name).into_owned())
+            .collect();
+        let d60 = "d".repeat(60);
+        let e60 = "e".repeat(60);
+        let expected = vec![
+            "output/".to_string(),
+            "output/a/".to_string(),
+            "output/a/b/".to_string(),
+            "output/a/b/deep.txt".to_string(),
+            String::from_utf8_lossy(b"output/bad\xff\xfe\x1b[31m").into_owned(),
+            format!("output/{d60}/"),
+            format!("output/{d60}/{e60}/"),
+            format!("output/{d60}/{e60}/f"),
+            "output/empty".to_string(),
+            "output/fifo".to_string(),
+            "output/file.txt".to_string(),
+            "output/hard1".to_string(),
+            "output/hard2".to_string(),
+            "output/long-link".to_string(),
+            format!("output/{long_name}"),
+            "output/odd-link".to_string(),
+            "output/passwd".to_string(),
+            "output/setuid".to_string(),
+        ];
+        assert_eq!(names, expected);
+
+        let get = |name: &[u8]| {
+            seen.iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("no entry {}", String::from_utf8_lossy(name)))
+        };
+        let me = u64::from(fs::metadata(&out).expect("stat").uid());
+
+        let root = get(b"output/");
+        assert_eq!(
+            (root.kind, root.mode, root.size, root.uid),
+            (EntryType::Directory, 0o755, 0, me)
+        );
+
+        let file = get(b"output/file.txt");
+        assert_eq!(
+            (file.kind, file.mode, file.size),
+            (EntryType::Regular, 0o640, 6)
+        );
+        assert_eq!(file.data, b"hello\n");
+        assert_eq!(get(b"output/a/b/deep.txt").data, b"deep\n");
+
+        let empty = get(b"output/empty");
+        assert_eq!((empty.kind, empty.size), (EntryType::Regular, 0));
+        assert!(empty.data.is_empty());
+
+        let passwd = get(b"output/passwd");
+        assert_eq!((passwd.kind, passwd.size), (EntryType::Symlink, 0));
+        assert_eq!(passwd.link.as_deref(), Some(&b"/etc/passwd"[..]));
+        assert!(passwd.data.is_empty(), "a link is never followed");
+        assert_eq!(
+            get(b"output/odd-link").link.as_deref(),
+            Some(&b"a//b/./c/"[..])
+        );
+        assert_eq!(
+            get(b"output/long-link").link.as_deref(),
+            Some(long_target.as_bytes())
+        );
+
+        let fifo = get(b"output/fifo");
+        assert_eq!(
+            (fifo.kind, fifo.mode, fifo.size),
+            (EntryType::Fifo, 0o640, 0)
+        );
+
+        let hard1 = get(b"output/hard1");
+        assert_eq!((hard1.kind, hard1.size), (EntryType::Regular, 6));
+        assert_eq!(hard1.data, b"shared");
+        let hard2 = get(b"output/hard2");
+        assert_eq!((hard2.kind, hard2.size), (EntryType::Link, 0));
+        assert_eq!(hard2.link.as_deref(), Some(&b"output/hard1"[..]));
+
+        let bad = get(b"output/bad\xff\xfe\x1b[31m");
+        assert_eq!(
+            (bad.kind, bad.data.as_slice()),
+            (EntryType::Regular, &b"bad name"[..])
+        );
+
+        let long = get(format!("output/{long_name}").as_bytes());
+        assert_eq!(long.data, b"long name");
+        let deep = get(format!("output/{d60}/{e60}/f").as_bytes());
+        assert_eq!(deep.data, b"long path");
+        assert_eq!(
+            get(format!("output/{d60}/").as_bytes()).kind,
+            EntryType::Directory
+        );
+
+        let setuid = get(b"output/setuid");
+        assert_eq!((setuid.kind, setuid.mode), (EntryType::Regular, 0o4755));
+    }
+
+    #[test]
+    fn devices_carry_their_numbers() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let out = tmp.path().join("output");
+        fs::create_dir(&out).expect("mkdir");
+        let made = [("chr", libc::S_IFCHR, 1, 3), ("blk", libc::S_IFBLK, 7, 300)]
+            .into_iter()
+            .all(|(name, kind, major, minor)| {
+                let c = CString::new(out.join(name).as_os_str().as_bytes()).expect("no NUL");
+                // SAFETY: `c` is a valid C string.
+                unsafe { libc::mknod(c.as_ptr(), kind | 0o600, libc::makedev(major, minor)) == 0 }
+            });
+        if !made {
+            eprintln!("skipped: mknod is not permitted here");
+            return;
+        }
+        let (bytes, notes) = archive(&out);
+        assert!(notes.is_empty(), "{notes:?}");
+        let mut archive = tar::Archive::new(&bytes[..]);
+        let mut devices = Vec::new();
+        for entry in archive.entries().expect("entries") {
+            let entry = entry.expect("entry");
+            let h = entry.header();
+            if matches!(h.entry_type(), EntryType::Char | EntryType::Block) {
+                devices.push((
+                    entry.path_bytes().into_owned(),
+                    h.entry_type(),
+                    h.mode().expect("mode"),
+                    h.device_major().expect("major"),
+                    h.device_minor().expect("minor"),
+                ));
+            }
+        }
+        assert_eq!(
+            devices,
+            vec![
+                (
+                    b"output/blk".to_vec(),
+                    EntryType::Block,
+                    0o600,
+                    Some(7),
+                    Some(300)
+                ),
+                (
+                    b"output/chr".to_vec(),
+                    EntryType::Char,
+                    0o600,
+                    Some(1),
+                    Some(3)
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn root_is_named_after_the_last_component() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("results");
+        fs::create_dir(&dir).expect("mkdir");
+        fs::write(dir.join("x"), b"1").expect("write");
+        let (bytes, _) = archive(&dir);
+        let names: Vec<Vec<u8>> = parse(&bytes).into_iter().map(|s| s.name).collect();
+        assert_eq!(names, vec![b"results/".to_vec(), b"results/x".to_vec()]);
+    }
+
+    #[test]
+    fn a_missing_or_non_directory_output_is_an_error() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut out = Vec::new();
+        let missing = write_archive(&tmp.path().join("nope"), &mut out, |_| {});
+        assert!(missing.is_err());
+        fs::write(tmp.path().join("file"), b"").expect("write");
+        symlink(tmp.path(), tmp.path().join("link")).expect("symlink");
+        for name in ["file", "link"] {
+            let r = write_archive(&tmp.path().join(name), &mut out, |_| {});
+            assert!(r.is_err(), "{name}");
+        }
+        assert!(out.is_empty());
+    }
+
+    /// Creates `levels` nested directories of 250-byte names under `dir` with
+    /// a file at the bottom, through directory descriptors, since the whole
+    /// path is longer than the kernel's path limit.
+    fn deep_tree(dir: &Path, levels: usize) {
+        let name = CString::new("x".repeat(250)).expect("no NUL");
+        let mut fd: OwnedFd = File::open(dir).expect("open").into();
+        for _ in 0..levels {
+            // SAFETY: valid descriptor and C string.
+            assert_eq!(
+                unsafe { libc::mkdirat(fd.as_raw_fd(), name.as_ptr(), 0o755) },
+                0
+            );
+            // SAFETY: as above; the result is checked before it is owned.
+            let next = unsafe {
+                libc::openat(
+                    fd.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                )
+            };
+            assert!(next >= 0, "openat");
+            // SAFETY: `next` is a fresh descriptor nobody else owns.
+            fd = unsafe { OwnedFd::from_raw_fd(next) };
+        }
+        let file = CString::new("bottom").expect("no NUL");
+        // SAFETY: valid descriptor and C string.
+        let f = unsafe {
+            libc::openat(
+                fd.as_raw_fd(),
+                file.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT,
+                0o644 as libc::c_uint,
+            )
+        };
+        assert!(f >= 0, "create");
+        // SAFETY: `f` is a fresh descriptor nobody else owns.
+        drop(unsafe { OwnedFd::from_raw_fd(f) });
+    }
+
+    #[test]
+    fn overlong_paths_are_skipped_with_a_note() {
+        // Under /tmp, so the absolute paths of the entries the walk keeps stay
+        // under the kernel's limit whatever TMPDIR is.
+        let tmp = tempfile::Builder::new()
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let out = tmp.path().join("output");
+        fs::create_dir(&out).expect("mkdir");
+        deep_tree(&out, 17);
+        let (bytes, notes) = archive(&out);
+        assert!(ends_with_end_marker(&bytes));
+        let seen = parse(&bytes);
+        // The root and 16 levels (16 * 251 - 1 = 4015 bytes); the 17th
+        // (4266 bytes) is skipped with everything in it.
+        assert_eq!(seen.len(), 17, "{notes:?}");
+        assert!(seen.iter().all(|s| s.kind == EntryType::Directory));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].ends_with("its path is longer than 4096 bytes"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn names_in_notes_are_escaped() {
+        let tmp = tempfile::Builder::new()
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let out = tmp.path().join("output");
+        fs::create_dir(&out).expect("mkdir");
+        let _socket =
+            UnixListener::bind(out.join(OsStr::from_bytes(b"s\x1b]0;x\x07\xff"))).expect("socket");
+        let (_, notes) = archive(&out);
+        assert_eq!(
+            notes,
+            vec!["golem-init: skipped socket output/s\\u{1b}]0;x\\u{7}\\xff".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_short_file_abandons_the_archive_without_end_marker() {
+        let mut out = Vec::new();
+        let result = archive_with(&mut out, |ar| {
+            let mut h = Header::new_gnu();
+            h.set_entry_type(EntryType::Regular);
+            h.set_size(10);
+            let short = Exact {
+                inner: &b"abc"[..],
+                left: 10,
+                name: "output/x".to_string(),
+            };
+            ar.append_data(&mut h, "output/x", short)
+        });
+        let e = result.expect_err("a short file fails");
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(
+            e.to_string()
+                .contains("output/x ended 7 bytes before its size"),
+            "{e}"
+        );
+        // The header and the three bytes; no padding, no end marker.
+        assert_eq!(out.len(), 512 + 3);
+    }
+
+    #[test]
+    fn a_complete_archive_ends_with_the_marker() {
+        let mut out = Vec::new();
+        archive_with(&mut out, |_| Ok(())).expect("archive");
+        assert_eq!(out, vec![0u8; 1024]);
+    }
+
+    #[test]
+    fn exact_reads_no_more_than_the_size() {
+        let mut data = Vec::new();
+        let mut r = Exact {
+            inner: &b"abcdef"[..],
+            left: 4,
+            name: String::new(),
+        };
+        r.read_to_end(&mut data).expect("read");
+        assert_eq!(data, b"abcd");
+    }
+}
