@@ -48,7 +48,8 @@ pub enum DocStatus {
 }
 
 impl DocStatus {
-    /// Whether `--resume` should run this document again.
+    /// Whether `--resume` should run a document in this state again (a failed one only when
+    /// the failure was not the document's: see [`Document::needs_run`]).
     pub fn needs_run(self) -> bool {
         matches!(
             self,
@@ -95,6 +96,18 @@ pub struct Document {
     pub bytes: u64,
     /// Entries rejected.
     pub rejected: u64,
+    /// It failed for a reason outside the document (the engine went away, the host's disk was
+    /// full), so `--resume` runs it again.
+    #[serde(default)]
+    pub retry: bool,
+}
+
+impl Document {
+    /// Whether `--resume` runs this document: it never reached an outcome, or it failed for a
+    /// reason that was not its own.
+    pub fn needs_run(&self) -> bool {
+        self.status.needs_run() || (self.status == DocStatus::Failed && self.retry)
+    }
 }
 
 /// What the batch was asked to do, kept so `--resume` runs the rest the same way.
@@ -168,6 +181,8 @@ pub struct Summary {
     pub rejected: usize,
     /// Not run (cancelled or pending).
     pub not_run: usize,
+    /// Failed for a reason outside the document; `--resume` runs them again.
+    pub retryable: usize,
     /// Entries rejected across all documents.
     pub rejected_entries: u64,
     /// Bytes staged across all documents.
@@ -196,7 +211,10 @@ impl Record {
             match d.status {
                 DocStatus::Staged => s.succeeded += 1,
                 DocStatus::Partial => s.partial += 1,
-                DocStatus::Failed => s.failed += 1,
+                DocStatus::Failed => {
+                    s.failed += 1;
+                    s.retryable += usize::from(d.retry);
+                }
                 DocStatus::Timeout => s.timed_out += 1,
                 DocStatus::Oom => s.oom += 1,
                 DocStatus::Rejected => s.rejected += 1,
@@ -303,6 +321,7 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
             files: 0,
             bytes: 0,
             rejected: 0,
+            retry: false,
         });
     };
     for source in intake::classify(inputs)? {
@@ -399,7 +418,7 @@ pub async fn run(
         .documents
         .iter()
         .enumerate()
-        .filter(|(_, d)| d.status.needs_run())
+        .filter(|(_, d)| d.needs_run())
         .map(|(i, _)| i)
         .collect();
     let total = lock(&shared).documents.len();
@@ -420,6 +439,7 @@ pub async fn run(
                 let doc = {
                     let mut r = lock(&shared);
                     r.documents[i].status = DocStatus::Running;
+                    r.documents[i].retry = false;
                     r.documents[i].clone()
                 };
                 progress.started(&doc);
@@ -452,6 +472,7 @@ pub async fn run(
                             d.files = o.files;
                             d.bytes = o.bytes;
                             d.rejected = o.rejected;
+                            d.retry = o.host_failure;
                             d.status = match o.status {
                                 SessionStatus::Staged if o.exit_code == Some(0) => {
                                     DocStatus::Staged
@@ -466,6 +487,7 @@ pub async fn run(
                         }
                         Err(e) => {
                             d.status = DocStatus::Failed;
+                            d.retry = e.is_host_failure();
                             d.error = Some(e.to_string());
                         }
                     }
@@ -679,6 +701,7 @@ mod tests {
             files: 1,
             bytes: 10,
             rejected: 2,
+            retry: false,
         };
         for s in [
             DocStatus::Staged,
@@ -715,5 +738,41 @@ mod tests {
             (5, 1, 1, 1, 1, 1)
         );
         assert_eq!((s.rejected_entries, s.bytes_staged), (10, 50));
+    }
+
+    #[test]
+    fn resume_reruns_unfinished_documents_and_failures_that_were_not_theirs() {
+        let doc = |status, retry| Document {
+            source: "s".into(),
+            folder: "f".into(),
+            status,
+            session: None,
+            staged: None,
+            exit_code: None,
+            error: None,
+            files: 0,
+            bytes: 0,
+            rejected: 0,
+            retry,
+        };
+        for status in [DocStatus::Pending, DocStatus::Running, DocStatus::Cancelled] {
+            assert!(doc(status, false).needs_run(), "{status:?}");
+        }
+        assert!(doc(DocStatus::Failed, true).needs_run());
+        assert!(!doc(DocStatus::Failed, false).needs_run());
+        for status in [
+            DocStatus::Staged,
+            DocStatus::Partial,
+            DocStatus::Timeout,
+            DocStatus::Oom,
+            DocStatus::Rejected,
+        ] {
+            assert!(!doc(status, false).needs_run(), "{status:?}");
+        }
+        // Records written before the field existed read as "not retryable".
+        let old = r#"{"source":"s","folder":"f","status":"failed","session":null,"staged":null,
+            "exit_code":null,"error":"x","files":0,"bytes":0,"rejected":0}"#;
+        let parsed: Document = serde_json::from_str(old).unwrap();
+        assert!(!parsed.needs_run());
     }
 }

@@ -247,7 +247,8 @@ times out or runs out of memory is recorded and the others go on. Each document 
 staged commit, or with --stage-as-one the batch gets one, with a folder per document.
 
 Ctrl-C stops launching, cancels the running documents (removing their containers) and records
-the batch; `golem-orch batch --resume ID` runs only what did not finish. Records live in
+the batch; `golem-orch batch --resume ID` runs only what did not finish, plus documents that
+failed for a reason outside them (the engine went away, the disk was full). Records live in
 .golem/batches/. Progress goes to stderr (a bar on a terminal, lines otherwise).
 
 Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
@@ -640,11 +641,7 @@ async fn batch_cmd(
         tracing::warn!("gc before batch failed: {e}");
     }
     let images = session::resolve_images(&docker, &template).await?;
-    let pending = record
-        .documents
-        .iter()
-        .filter(|d| d.status.needs_run())
-        .count();
+    let pending = record.documents.iter().filter(|d| d.needs_run()).count();
     eprintln!(
         "batch {}: {} document(s) to run, {} at a time",
         home::short(&record.id),
@@ -705,6 +702,12 @@ async fn batch_cmd(
         if record.state == batch::BatchState::Cancelled {
             outln!(
                 "  resume with: golem-orch batch --resume {}",
+                home::short(&record.id)
+            );
+        } else if summary.retryable > 0 {
+            outln!(
+                "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {}",
+                summary.retryable,
                 home::short(&record.id)
             );
         }

@@ -126,6 +126,10 @@ pub struct Record {
     pub error: Option<String>,
     /// Whether the container was kept for inspection (`--keep`).
     pub kept: bool,
+    /// It failed for a reason outside the document (the engine or the host's disk), so running
+    /// it again may succeed; a batch's `--resume` does.
+    #[serde(default)]
+    pub host_failure: bool,
 }
 
 /// What a person asked for.
@@ -176,6 +180,8 @@ pub struct Outcome {
     pub error: Option<String>,
     /// Where the logs are.
     pub logs: PathBuf,
+    /// It failed for a reason outside the document (the engine or the host), not the worker's.
+    pub host_failure: bool,
 }
 
 /// Failures that end a session before its container could do its work.
@@ -216,6 +222,21 @@ pub enum SessionError {
         /// Error.
         source: std::io::Error,
     },
+}
+
+impl SessionError {
+    /// Whether the failure lies outside the document and its worker (the engine, the host's
+    /// disk, the audit log), so that running the same document again may well succeed.
+    pub fn is_host_failure(&self) -> bool {
+        matches!(
+            self,
+            SessionError::Engine(_)
+                | SessionError::Stage(_)
+                | SessionError::Audit(_)
+                | SessionError::Extract(_)
+                | SessionError::Io { .. }
+        )
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
@@ -399,6 +420,7 @@ pub async fn run_resolved(
         rejected: 0,
         error: None,
         kept: opts.keep,
+        host_failure: false,
     };
     save(home, &record)?;
     audit.record(
@@ -483,6 +505,7 @@ pub async fn run_resolved(
         rejected: record.rejected,
         error: record.error.clone(),
         logs: dir.join(LOGS),
+        host_failure: record.host_failure,
     })
 }
 
@@ -552,6 +575,7 @@ async fn run_steps(
             record.status = SessionStatus::Failed;
         }
         record.error = Some(message);
+        record.host_failure = e.is_host_failure();
         record.staged = None;
     }
     Ok(())

@@ -780,6 +780,8 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
         "{result}"
     );
 
+    assert_eq!(result["summary"]["retryable"], 2, "{result}");
+
     assert_still_staged(&g, &first, &picture);
     assert_no_half_stage(&g.home);
     let (list, _) = g.json(["staged", "--json"]);
@@ -792,4 +794,16 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
         g.leftovers()
     );
     assert_still_staged(&g, &first, &picture);
+
+    // The engine is back: resuming runs exactly the two documents the engine failed.
+    g.file("docs/b.txt", "exit 0");
+    let batch_id = result["batch"].as_str().expect("batch id");
+    let (resumed, code) = g.json(["batch", "--json", "--resume", batch_id]);
+    assert_eq!(code, 0, "{resumed}");
+    assert_eq!(resumed["summary"]["succeeded"], 3, "{resumed}");
+    assert_eq!(resumed["summary"]["retryable"], 0, "{resumed}");
+    let (list, _) = g.json(["staged", "--json"]);
+    assert_eq!(list.as_array().unwrap().len(), 3, "{list}");
+    assert_still_staged(&g, &first, &picture);
+    g.assert_clean();
 }
