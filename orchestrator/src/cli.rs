@@ -295,7 +295,7 @@ struct RunArgs {
     /// Opt in to a network (only the full level allows it).
     #[arg(long)]
     allow_network: bool,
-    /// Keep the container and output volume afterwards for debugging (gc removes them later).
+    /// Keep the stopped container afterwards for debugging (docker inspect; gc removes it later).
     #[arg(long)]
     keep: bool,
     /// Print the exact container that would be created and start nothing.
@@ -1317,6 +1317,13 @@ async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
             report.sessions_failed.len(),
             report.live
         );
+        if !report.images.is_empty() || !report.init_binaries.is_empty() {
+            outln!(
+                "removed {} worker image tag(s) and {} init binary(ies) of other golem-orch builds",
+                report.images.len(),
+                report.init_binaries.len()
+            );
+        }
         for e in &report.errors {
             outln!("  could not remove {e}");
         }

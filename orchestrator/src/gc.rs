@@ -31,6 +31,10 @@ pub struct Report {
     pub sessions_failed: Vec<String>,
     /// Half-built staged commits removed.
     pub stage_orphans: Vec<String>,
+    /// Init binaries of other golem-orch builds removed from the state directory.
+    pub init_binaries: Vec<String>,
+    /// `golem-worker` image tags of other builds removed (the `gc` command only).
+    pub images: Vec<String>,
     /// Resources left alone because their owner is alive.
     pub live: usize,
     /// Removals that failed, with why.
@@ -126,6 +130,13 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
         }
     }
     homes_seen.insert(home.root().to_path_buf());
+    report.init_binaries = crate::image::remove_stale_inits(home.root());
+    if scope == Scope::Engine {
+        match crate::image::remove_stale_images(docker).await {
+            Ok(tags) => report.images = tags,
+            Err(e) => report.errors.push(e.to_string()),
+        }
+    }
     for root in homes_seen {
         if let Ok(h) = Home::open(Some(&root)) {
             if let Ok(removed) = Stage::new(h.staged_dir()).remove_orphans() {
@@ -136,11 +147,13 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
     if !report.containers.is_empty()
         || !report.volumes.is_empty()
         || !report.stage_orphans.is_empty()
+        || !report.images.is_empty()
+        || !report.init_binaries.is_empty()
     {
         let _ = Audit::new(home.audit_path()).record(
             None,
             "gc.collected",
-            json!({ "containers": report.containers, "volumes": report.volumes, "stage_orphans": report.stage_orphans }),
+            json!({ "containers": report.containers, "volumes": report.volumes, "stage_orphans": report.stage_orphans, "images": report.images, "init_binaries": report.init_binaries }),
         );
     }
     Ok(report)

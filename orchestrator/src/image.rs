@@ -187,6 +187,59 @@ pub fn install_init(state: &Path) -> Result<PathBuf, ImageError> {
     install_in(&state.join("bin"))
 }
 
+/// Removes init binaries of other builds from the state directory's `bin/`; returns their names.
+/// A session of another golem-orch version that still runs keeps its mount (the file is
+/// unlinked, not changed), and that version reinstalls its binary when it next needs it.
+pub fn remove_stale_inits(state: &Path) -> Vec<String> {
+    let current = init_name();
+    let Ok(entries) = std::fs::read_dir(state.join("bin")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok().map(|n| (e.path(), n)))
+        .filter(|(_, n)| n.starts_with("golem-init-") && *n != current)
+        .filter(|(path, _)| std::fs::remove_file(path).is_ok())
+        .map(|(_, n)| n)
+        .collect()
+}
+
+/// Removes `golem-worker:<hash>` tags of other builds, so rebuilt workers do not pile up in the
+/// engine. The current build's tag and `latest` stay; an image a container still uses is left
+/// alone (the engine refuses, and that is not an error here). Returns the tags removed.
+pub async fn remove_stale_images(docker: &Docker) -> Result<Vec<String>, EngineError> {
+    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("reference", vec![REPOSITORY])]);
+    let images = docker
+        .list_images(Some(
+            bollard::query_parameters::ListImagesOptionsBuilder::new()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(EngineError::api("listing golem-worker images"))?;
+    let current = worker_tag();
+    let mut removed = Vec::new();
+    for tag in images.into_iter().flat_map(|i| i.repo_tags) {
+        let Some(hash) = tag.strip_prefix(&format!("{REPOSITORY}:")) else {
+            continue;
+        };
+        let ours = hash.len() == 12 && hash.bytes().all(|b| b.is_ascii_hexdigit());
+        if !ours || tag == current {
+            continue;
+        }
+        let options = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
+        match docker.remove_image(&tag, Some(options), None).await {
+            Ok(_) => removed.push(tag),
+            Err(e) if is_not_found(&e) => {}
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {}
+            Err(e) => return Err(EngineError::api(format!("removing image {tag}"))(e)),
+        }
+    }
+    Ok(removed)
+}
+
 fn install_in(dir: &Path) -> Result<PathBuf, ImageError> {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join(init_name());
@@ -233,6 +286,22 @@ mod tests {
     #[test]
     fn the_dockerfile_sets_the_entrypoint_the_plan_assumes() {
         assert!(DOCKERFILE.contains(&format!("ENTRYPOINT [\"{WORKER_ENTRYPOINT}\"]")));
+    }
+
+    #[test]
+    fn only_other_builds_init_binaries_are_removed() {
+        let state = tempfile::tempdir().unwrap();
+        let current = install_init(state.path()).unwrap();
+        let bin = state.path().join("bin");
+        std::fs::write(bin.join("golem-init-000000000000"), b"old").unwrap();
+        std::fs::write(bin.join("notes.txt"), b"not ours").unwrap();
+        assert_eq!(
+            remove_stale_inits(state.path()),
+            ["golem-init-000000000000"]
+        );
+        assert!(current.is_file());
+        assert!(bin.join("notes.txt").is_file());
+        assert!(remove_stale_inits(tempfile::tempdir().unwrap().path()).is_empty());
     }
 
     #[test]

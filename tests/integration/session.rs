@@ -665,3 +665,44 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
     let state = g.project.path().join(".golem").canonicalize().unwrap();
     assert!(engine_resources(&state).is_empty());
 }
+
+/// Rebuilt workers do not pile up: `gc` removes the worker image tags and the init binaries of
+/// other golem-orch builds, and keeps the current ones.
+#[test]
+fn gc_removes_the_worker_images_and_init_binaries_of_other_builds() {
+    let g = Golem::new();
+    crate::harness::worker_image();
+    let current = golem_orch::image::worker_tag();
+    let stale = "golem-worker:000000000000";
+    let docker = |args: &[&str]| {
+        std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .expect("docker")
+            .status
+            .success()
+    };
+    assert!(docker(&["tag", &current, stale]), "tagging {stale}");
+    let bin = g.home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let old_init = bin.join("golem-init-000000000000");
+    std::fs::write(&old_init, b"an older build").unwrap();
+
+    let (report, code) = g.json(["gc", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    // Another test's engine-wide gc may untag it first; the outcome is what counts.
+    assert!(
+        !docker(&["image", "inspect", stale]),
+        "{stale} is still there"
+    );
+    assert!(
+        docker(&["image", "inspect", &current]),
+        "{current} was removed"
+    );
+    assert!(!old_init.exists(), "{report}");
+    assert_eq!(
+        report["init_binaries"],
+        serde_json::json!(["golem-init-000000000000"])
+    );
+    g.assert_clean();
+}
