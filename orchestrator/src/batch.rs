@@ -687,10 +687,8 @@ mod tests {
         assert_eq!(sanitize("a\nb"), "a_b");
     }
 
-    #[test]
-    fn summaries_count_every_outcome() {
-        let mut docs = Vec::new();
-        let mk = |status| Document {
+    fn doc(status: DocStatus, retry: bool) -> Document {
+        Document {
             source: "s".into(),
             folder: "f".into(),
             status,
@@ -698,10 +696,21 @@ mod tests {
             staged: None,
             exit_code: None,
             error: None,
+            files: 0,
+            bytes: 0,
+            rejected: 0,
+            retry,
+        }
+    }
+
+    #[test]
+    fn summaries_count_every_outcome() {
+        let mut docs = Vec::new();
+        let mk = |status| Document {
             files: 1,
             bytes: 10,
             rejected: 2,
-            retry: false,
+            ..doc(status, false)
         };
         for s in [
             DocStatus::Staged,
@@ -742,19 +751,6 @@ mod tests {
 
     #[test]
     fn resume_reruns_unfinished_documents_and_failures_that_were_not_theirs() {
-        let doc = |status, retry| Document {
-            source: "s".into(),
-            folder: "f".into(),
-            status,
-            session: None,
-            staged: None,
-            exit_code: None,
-            error: None,
-            files: 0,
-            bytes: 0,
-            rejected: 0,
-            retry,
-        };
         for status in [DocStatus::Pending, DocStatus::Running, DocStatus::Cancelled] {
             assert!(doc(status, false).needs_run(), "{status:?}");
         }

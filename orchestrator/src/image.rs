@@ -57,13 +57,18 @@ pub enum ImageError {
     Context(#[from] std::io::Error),
 }
 
-/// The content hash of the image this binary would build.
+/// The content hash of the image this binary would build. Computed once per process: it hashes
+/// the whole embedded binary, and every session asks for it several times (tag, init path).
 pub fn content_hash() -> String {
-    let mut h = Sha256::new();
-    h.update(DOCKERFILE.as_bytes());
-    h.update([0u8]);
-    h.update(WORKER_BINARY);
-    hex::encode(h.finalize())
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| {
+        let mut h = Sha256::new();
+        h.update(DOCKERFILE.as_bytes());
+        h.update([0u8]);
+        h.update(WORKER_BINARY);
+        hex::encode(h.finalize())
+    })
+    .clone()
 }
 
 /// The tag for this build, e.g. `golem-worker:3f2a9c1b7d20`.

@@ -518,33 +518,26 @@ pub struct Images {
 
 /// Makes sure golem-worker exists (building it when missing or stale) and a person's image is local.
 pub async fn resolve_images(docker: &Docker, opts: &RunOptions) -> Result<Images, SessionError> {
-    let worker = match &opts.image {
+    let (image, image_id, entrypoint, default_cmd) = match &opts.image {
         Some(reference) => {
             let local = image::require_local(docker, reference).await?;
-            Worker {
-                image_id: local.id,
-                image: reference.clone(),
-                entrypoint: local.entrypoint,
-                cmd: if opts.command.is_empty() {
-                    local.cmd
-                } else {
-                    opts.command.clone()
-                },
-            }
+            (reference.clone(), local.id, local.entrypoint, local.cmd)
         }
         None => {
             let (tag, id) = image::ensure(docker).await?;
-            Worker {
-                image: tag,
-                image_id: id,
-                entrypoint: vec![image::WORKER_ENTRYPOINT.to_string()],
-                cmd: if opts.command.is_empty() {
-                    default_command()
-                } else {
-                    opts.command.clone()
-                },
-            }
+            let entrypoint = vec![image::WORKER_ENTRYPOINT.to_string()];
+            (tag, id, entrypoint, default_command())
         }
+    };
+    let worker = Worker {
+        image,
+        image_id,
+        entrypoint,
+        cmd: if opts.command.is_empty() {
+            default_cmd
+        } else {
+            opts.command.clone()
+        },
     };
     Ok(Images { worker })
 }
