@@ -1,11 +1,11 @@
 //! `golem-worker init`: PID 1 of every worker container.
 //!
 //! The orchestrator bind-mounts this static binary read-only at
-//! `/.golem-init` into any worker image (even `FROM scratch`, with no shell)
+//! `/.golem-init-<random>` into any worker image (even `FROM scratch`, with no shell)
 //! and starts the container as
 //!
 //! ```text
-//! /.golem-init init --deadline SECS --output /output -- PROGRAM [ARGS...]
+//! /.golem-init-<random> init --pid1 --deadline SECS --output /output -- PROGRAM [ARGS...]
 //! ```
 //!
 //! Init runs PROGRAM as its child. When that ends, init kills every other
@@ -60,6 +60,9 @@ pub const EXIT_DEADLINE: i32 = 124;
 pub const EXIT_ARCHIVE_FAILED: i32 = 125;
 /// Exit code: PROGRAM could not be started (as a shell reports it).
 pub const EXIT_CANNOT_RUN: i32 = 127;
+/// Exit code: init refused to run (it is not PID 1 where it must be, or it
+/// could not protect itself); nothing was started and no archive written.
+pub const EXIT_REFUSED: i32 = 126;
 
 /// The stdout buffer: large writes keep the attach stream efficient.
 const OUTPUT_BUFFER: usize = 64 * 1024;
@@ -79,6 +82,12 @@ pub struct InitOptions {
     pub deadline: Duration,
     /// The directory written to stdout as a tar stream.
     pub output: PathBuf,
+    /// Refuse to run unless this process is PID 1 of its PID namespace. The
+    /// orchestrator always asks for it: only a namespace's init is immune to
+    /// the worker's signals and may kill every process before archiving. An
+    /// engine configured to inject its own init (`docker run --init`, or
+    /// `"init": true` in daemon.json) would silently make it PID 2.
+    pub require_pid1: bool,
     /// The worker program, looked up through `PATH` when it has no `/`.
     pub program: OsString,
     /// Its arguments.
@@ -91,6 +100,7 @@ impl InitOptions {
         Self {
             deadline: Duration::from_secs(DEFAULT_DEADLINE_SECS),
             output: PathBuf::from(DEFAULT_OUTPUT),
+            require_pid1: false,
             program: program.into(),
             args,
         }
@@ -103,6 +113,14 @@ impl InitOptions {
 /// written), or [`EXIT_ARCHIVE_FAILED`] when the archive could not be
 /// written. The deadline ends the process from a timer thread instead.
 pub fn main(opts: &InitOptions) -> i32 {
+    if opts.require_pid1 && std::process::id() != 1 {
+        say(&format!(
+            "golem-init: refusing to run as pid {}, not as the container's PID 1 \
+             (does the engine inject its own init?)",
+            std::process::id()
+        ));
+        return EXIT_REFUSED;
+    }
     // First of all, so the worker never gets a chance to attach to init or to
     // open its stdout through /proc/1/fd/1. Should it fail, no archive could
     // be trusted, so nothing runs at all.
@@ -111,9 +129,24 @@ pub fn main(opts: &InitOptions) -> i32 {
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, zero, zero, zero, zero) } != 0 {
         let e = io::Error::last_os_error();
         say(&format!("golem-init: cannot make init non-dumpable: {e}"));
-        return EXIT_ARCHIVE_FAILED;
+        return EXIT_REFUSED;
     }
-    let status = run_worker(opts);
+    if let Err(e) = default_signals() {
+        say(&format!(
+            "golem-init: cannot reset its signal handlers: {e}"
+        ));
+        return EXIT_REFUSED;
+    }
+    // The timer exists before the worker does, so a worker that exhausts the
+    // pids limit at once cannot keep init from ever enforcing its deadline.
+    let timer = match Deadline::start(opts.deadline) {
+        Ok(timer) => timer,
+        Err(e) => {
+            say(&format!("golem-init: cannot start the deadline timer: {e}"));
+            return EXIT_REFUSED;
+        }
+    };
+    let status = run_worker(opts, &timer);
     match archive_to_stdout(&opts.output) {
         Ok(()) => status,
         Err(e) => {
@@ -123,6 +156,24 @@ pub fn main(opts: &InitOptions) -> i32 {
             EXIT_ARCHIVE_FAILED
         }
     }
+}
+
+/// Signals that the Rust runtime or the engine may have given a handler or
+/// ignored, reset to the default. As a PID namespace's init, a signal whose
+/// disposition is the default is dropped by the kernel when another process
+/// of the namespace sends it, so the worker cannot reach init with a signal.
+/// A handler would break that: std installs SIGSEGV and SIGBUS handlers (for
+/// stack overflow reports) that a forged `rt_sigqueueinfo` could trigger.
+/// SIGCHLD must not be ignored, or the kernel would reap children before
+/// init can wait for the worker's status.
+fn default_signals() -> io::Result<()> {
+    for signal in [libc::SIGSEGV, libc::SIGBUS, libc::SIGCHLD] {
+        // SAFETY: setting a disposition to SIG_DFL runs no code of ours.
+        if unsafe { libc::signal(signal, libc::SIG_DFL) } == libc::SIG_ERR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Writes one line to stderr. Never panics (unlike `eprintln!`): a closed or
@@ -144,18 +195,28 @@ fn to_stderr() -> Stdio {
 /// Starts the worker in its own process group, waits for it (reaping every
 /// orphan on the way), kills everything that is left and reaps it. Returns
 /// the worker's exit code.
-fn run_worker(opts: &InitOptions) -> i32 {
+fn run_worker(opts: &InitOptions, timer: &Deadline) -> i32 {
     let mut cmd = Command::new(&opts.program);
     cmd.args(&opts.args)
         .stdin(Stdio::null())
         .stdout(to_stderr())
         .stderr(to_stderr())
         .process_group(0);
+    // Holding the timer's lock across the spawn: should the deadline pass
+    // meanwhile, it still finds the worker's process group to kill.
+    let mut worker = timer.lock();
     let status = match cmd.spawn() {
         // The `Child` handle is dropped unused: init reaps with waitpid
         // itself, since orphans must be reaped too.
-        Ok(child) => wait_worker(child.id() as libc::pid_t, opts.deadline),
+        Ok(child) => {
+            let pid = child.id() as libc::pid_t;
+            *worker = Timed::Running(pid);
+            drop(worker);
+            wait_worker(pid, timer)
+        }
         Err(e) => {
+            *worker = Timed::Done;
+            drop(worker);
             let program = escape_path(&opts.program);
             say(&format!("golem-init: cannot run {program}: {e}"));
             kill_everything(None);
@@ -170,9 +231,7 @@ fn run_worker(opts: &InitOptions) -> i32 {
 /// exit, then kills its process group (and, as PID 1, every process) while
 /// the worker is still a zombie, so its process group id cannot have been
 /// reused; then reaps the worker and returns its exit code.
-fn wait_worker(pid: libc::pid_t, deadline: Duration) -> i32 {
-    let done = Arc::new(Mutex::new(false));
-    start_deadline(pid, deadline, Arc::clone(&done));
+fn wait_worker(pid: libc::pid_t, timer: &Deadline) -> i32 {
     loop {
         match wait_any_exited() {
             Ok(exited) if exited == pid => break,
@@ -187,7 +246,7 @@ fn wait_worker(pid: libc::pid_t, deadline: Duration) -> i32 {
             }
         }
     }
-    *done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    *timer.lock() = Timed::Done;
     kill_everything(Some(pid));
     match reap(pid) {
         Ok(status) => {
@@ -204,32 +263,51 @@ fn wait_worker(pid: libc::pid_t, deadline: Duration) -> i32 {
     }
 }
 
-/// Starts the timer thread: if the worker is still running after
-/// `deadline`, kill everything and exit with [`EXIT_DEADLINE`] without an
-/// archive (the host treats a missing archive as a failure). Holding the
-/// lock while killing means the worker cannot be reaped meanwhile, so its
-/// process group id stays valid.
-fn start_deadline(pgid: libc::pid_t, deadline: Duration, done: Arc<Mutex<bool>>) {
-    let timer = thread::Builder::new()
-        .name("deadline".to_string())
-        .spawn(move || {
-            thread::sleep(deadline);
-            let done = done.lock().unwrap_or_else(PoisonError::into_inner);
-            if !*done {
+/// What the deadline timer would kill.
+enum Timed {
+    /// The worker is not started yet.
+    NotStarted,
+    /// The worker runs as this process group.
+    Running(libc::pid_t),
+    /// The worker has ended (or never started); the deadline no longer applies.
+    Done,
+}
+
+/// The deadline timer: a thread that, if the worker is still running after
+/// the deadline, kills everything and exits with [`EXIT_DEADLINE`] without an
+/// archive (the host treats a missing archive as a failure). It holds the
+/// lock while killing, so the worker cannot be marked done and reaped
+/// meanwhile, and its process group id stays valid.
+struct Deadline {
+    state: Arc<Mutex<Timed>>,
+}
+
+impl Deadline {
+    fn start(deadline: Duration) -> io::Result<Deadline> {
+        let state = Arc::new(Mutex::new(Timed::NotStarted));
+        let shared = Arc::clone(&state);
+        thread::Builder::new()
+            .name("deadline".to_string())
+            .spawn(move || {
+                thread::sleep(deadline);
+                let timed = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                let group = match *timed {
+                    Timed::Done => return,
+                    Timed::NotStarted => None,
+                    Timed::Running(pgid) => Some(pgid),
+                };
                 say(&format!(
                     "golem-init: deadline of {} s reached; killing the worker",
                     deadline.as_secs()
                 ));
-                kill_everything(Some(pgid));
+                kill_everything(group);
                 std::process::exit(EXIT_DEADLINE);
-            }
-        });
-    if let Err(e) = timer {
-        say(&format!(
-            "golem-init: cannot start the deadline timer ({e}); killing the worker"
-        ));
-        kill_everything(Some(pgid));
-        std::process::exit(EXIT_DEADLINE);
+            })?;
+        Ok(Deadline { state })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Timed> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -16,7 +16,7 @@ const USAGE: &str = "\
 usage: golem-worker [report|text] [--input DIR] [--output DIR] [--task FILE]
                     [--per-input-timeout DURATION] [--per-input-memory SIZE]
                     [--jobs N] [--max-inputs N] [--max-output-bytes SIZE]
-       golem-worker init [--deadline SECS] [--output DIR] -- PROGRAM [ARGS...]
+       golem-worker init [--pid1] [--deadline SECS] [--output DIR] -- PROGRAM [ARGS...]
        golem-worker version
        golem-worker --help
 
@@ -38,7 +38,8 @@ init     be a worker container's PID 1: run PROGRAM (found through PATH)
          to stdout as a tar stream and exit with PROGRAM's status (128+N if
          signal N killed it; 127 if it could not be run). After --deadline
          (default 3600, at most 86400 seconds) everything is killed and init
-         exits 124 without an archive; 125: the archive could not be written.
+         exits 124 without an archive; 125: the archive could not be written;
+         126: init refused to start anything (with --pid1: it is not PID 1).
 version  print the version.
 
 Each input is analysed in its own child process:
@@ -184,6 +185,7 @@ fn parse_init(args: &mut impl Iterator<Item = OsString>) -> Result<Command, Stri
         match flag.to_str() {
             Some("--") => break,
             Some("--help" | "-h") => return Ok(Command::Help),
+            Some("--pid1") => opts.require_pid1 = true,
             Some("--deadline") => {
                 let value = args.next().ok_or("init: --deadline needs a value")?;
                 let secs = value
@@ -284,6 +286,7 @@ mod tests {
 
         let full = args(&[
             "init",
+            "--pid1",
             "--deadline",
             "60",
             "--output",
@@ -298,6 +301,7 @@ mod tests {
             panic!("init with options");
         };
         assert_eq!(opts.deadline, Duration::from_secs(60));
+        assert!(opts.require_pid1);
         assert_eq!(opts.output, PathBuf::from("/out"));
         assert_eq!(opts.program, OsString::from("/bin/w"));
         assert_eq!(opts.args, args(&["--x", "--", "y"]));

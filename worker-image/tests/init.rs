@@ -203,3 +203,61 @@ fn bad_usage_is_64() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn with_pid1_init_refuses_to_run_anything_unless_it_is_pid_1() {
+    let (_tmp, dir) = output_dir();
+    let marker = dir.join("ran");
+    let script = format!("touch '{}'", marker.display());
+    let (out, _) = init(&["--pid1"], &dir, &["/bin/sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not as the container's PID 1"));
+    assert!(out.stdout.is_empty(), "no archive without the guarantee");
+    assert!(!marker.exists(), "the worker must not have been started");
+}
+
+/// The mask of signals a process catches, from `/proc/PID/status`.
+fn caught_signals(status: &str) -> u64 {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .expect("SigCgt line");
+    u64::from_str_radix(line.trim(), 16).expect("hex mask")
+}
+
+#[test]
+fn init_catches_no_signal_so_the_kernel_drops_the_workers_signals_to_pid_1() {
+    // As a namespace's PID 1, only a signal with a handler reaches init from
+    // inside; std's own SIGSEGV/SIGBUS handlers must be gone and SIGCHLD not
+    // ignored. The worker reads its parent's (init's) status.
+    let (_tmp, dir) = output_dir();
+    let dir_arg = dir.to_str().expect("utf-8 tempdir");
+    let script = "cat /proc/$PPID/status > \"$1/status\"";
+    let (out, _) = init(&[], &dir, &["/bin/sh", "-c", script, "sh", dir_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let found = entries(&out.stdout);
+    let status = found
+        .iter()
+        .find(|(name, _)| name == "output/status")
+        .map(|(_, data)| String::from_utf8_lossy(data).into_owned())
+        .expect("status file in the archive");
+    // Signals 1 to 31; glibc's own handler for its internal real-time signal
+    // (33, SIGSETXID) ignores any signal not sent by the process itself, and
+    // the kernel refuses to let another process forge that.
+    let standard = (1u64 << 31) - 1;
+    assert_eq!(caught_signals(&status) & standard, 0, "{status}");
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .expect("SigIgn line");
+    let sigchld = 1u64 << (SIGCHLD - 1);
+    assert_eq!(
+        ignored & sigchld,
+        0,
+        "SIGCHLD must not be ignored: {status}"
+    );
+}
+
+/// SIGCHLD's number on Linux (the same on every architecture this project builds for).
+const SIGCHLD: u32 = 17;
