@@ -192,19 +192,30 @@ pub fn install_init(state: &Path) -> Result<PathBuf, ImageError> {
     install_in(&state.join("bin"))
 }
 
-/// Removes init binaries of other builds from the state directory's `bin/`; returns their names.
-/// A session of another golem-orch version that still runs keeps its mount (the file is
-/// unlinked, not changed), and that version reinstalls its binary when it next needs it.
+/// How long another build's init binary must have gone unused before `gc` removes it. Every
+/// session touches its binary just before creating its container, so a build that is running
+/// sessions (a long batch of an older version) never loses its binary between the two.
+pub const STALE_INIT_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes init binaries of other builds, unused for [`STALE_INIT_AGE`], from the state
+/// directory's `bin/`; returns their names. A container of another golem-orch version that
+/// still runs keeps its mount (the file is unlinked, not changed), and that version reinstalls
+/// its binary when it next needs it.
 pub fn remove_stale_inits(state: &Path) -> Vec<String> {
     let current = init_name();
     let Ok(entries) = std::fs::read_dir(state.join("bin")) else {
         return Vec::new();
     };
+    let unused = |path: &Path| {
+        std::fs::symlink_metadata(path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE_INIT_AGE))
+    };
     entries
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok().map(|n| (e.path(), n)))
         .filter(|(_, n)| n.starts_with("golem-init-") && *n != current)
-        .filter(|(path, _)| std::fs::remove_file(path).is_ok())
+        .filter(|(path, _)| unused(path) && std::fs::remove_file(path).is_ok())
         .map(|(_, n)| n)
         .collect()
 }
@@ -248,8 +259,10 @@ pub async fn remove_stale_images(docker: &Docker) -> Result<Vec<String>, EngineE
 fn install_in(dir: &Path) -> Result<PathBuf, ImageError> {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join(init_name());
-    if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == WORKER_BINARY.len() as u64)
-    {
+    if holds_the_worker(&path) {
+        // Marks the binary in use (see [`STALE_INIT_AGE`]); a failure only makes it look older.
+        let _ =
+            std::fs::File::open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
         return Ok(path);
     }
     let write = || -> std::io::Result<()> {
@@ -266,6 +279,29 @@ fn install_in(dir: &Path) -> Result<PathBuf, ImageError> {
         source,
     })?;
     Ok(path)
+}
+
+/// Whether `path` holds exactly the embedded worker: compared byte for byte the first time in
+/// this process (a damaged or replaced file is rewritten), by its length after that, so a batch
+/// pays for the comparison once.
+fn holds_the_worker(path: &Path) -> bool {
+    static CHECKED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let right_size = std::fs::symlink_metadata(path)
+        .is_ok_and(|m| m.is_file() && m.len() == WORKER_BINARY.len() as u64);
+    if !right_size {
+        return false;
+    }
+    let mut checked = CHECKED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if checked.iter().any(|p| p == path) {
+        return true;
+    }
+    let same = std::fs::read(path).is_ok_and(|bytes| bytes == WORKER_BINARY);
+    if same {
+        checked.push(path.to_path_buf());
+    }
+    same
 }
 
 /// A tar holding `Dockerfile` and the binary at the path `Dockerfile.worker` copies from.
@@ -298,8 +334,17 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let current = install_init(state.path()).unwrap();
         let bin = state.path().join("bin");
-        std::fs::write(bin.join("golem-init-000000000000"), b"old").unwrap();
+        let old = bin.join("golem-init-000000000000");
+        std::fs::write(&old, b"old").unwrap();
         std::fs::write(bin.join("notes.txt"), b"not ours").unwrap();
+        assert!(
+            remove_stale_inits(state.path()).is_empty(),
+            "another build's binary in recent use stays"
+        );
+        let long_ago = std::time::SystemTime::now() - STALE_INIT_AGE * 2;
+        std::fs::File::open(&old)
+            .and_then(|f| f.set_modified(long_ago))
+            .unwrap();
         assert_eq!(
             remove_stale_inits(state.path()),
             ["golem-init-000000000000"]
@@ -319,6 +364,13 @@ mod tests {
         assert_eq!(meta.len(), WORKER_BINARY.len() as u64);
         assert_eq!(meta.permissions().mode() & 0o777, 0o555);
         assert_eq!(install_in(dir.path()).unwrap(), path);
+
+        // A damaged binary of the right size is replaced, not mounted into containers.
+        let other = tempfile::tempdir().unwrap();
+        let damaged = other.path().join(init_name());
+        std::fs::write(&damaged, vec![0u8; WORKER_BINARY.len()]).unwrap();
+        assert_eq!(install_in(other.path()).unwrap(), damaged);
+        assert!(std::fs::read(&damaged).unwrap() == WORKER_BINARY);
     }
 
     #[test]

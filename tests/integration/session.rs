@@ -687,6 +687,11 @@ fn gc_removes_the_worker_images_and_init_binaries_of_other_builds() {
     std::fs::create_dir_all(&bin).unwrap();
     let old_init = bin.join("golem-init-000000000000");
     std::fs::write(&old_init, b"an older build").unwrap();
+    // Unused for longer than gc's grace period.
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::open(&old_init)
+        .and_then(|f| f.set_modified(long_ago))
+        .unwrap();
 
     let (report, code) = g.json(["gc", "--json"]);
     assert_eq!(code, 0, "{report}");
