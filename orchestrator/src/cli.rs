@@ -796,6 +796,7 @@ fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<Exi
         &paths,
         &plan::Command {
             image: opts.image.clone().unwrap_or_else(image::worker_tag),
+            image_id: None,
             // A person's image is not inspected in a dry run (no engine call).
             entrypoint: opts
                 .image

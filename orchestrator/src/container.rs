@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, ResourcesUlimits,
+    ContainerCreateBody, HealthConfig, HostConfig, HostConfigLogConfig, Mount, MountType,
+    ResourcesUlimits,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
@@ -157,10 +158,13 @@ pub fn worker_body(plan: &ContainerPlan) -> ContainerCreateBody {
             typ: Some("none".into()),
             config: None,
         }),
+        // The plan's init must be PID 1, whatever the daemon's `"init": true` default says: only
+        // a namespace's init is immune to the worker's signals and may kill every process.
+        init: Some(false),
         ..Default::default()
     };
     ContainerCreateBody {
-        image: Some(plan.image.clone()),
+        image: Some(plan.image_id.clone().unwrap_or_else(|| plan.image.clone())),
         entrypoint: Some(plan.container_entrypoint()),
         // An explicit empty command: the image's CMD is never appended behind the plan's back.
         cmd: Some(Vec::new()),
@@ -175,6 +179,12 @@ pub fn worker_body(plan: &ContainerPlan) -> ContainerCreateBody {
         attach_stderr: Some(true),
         tty: Some(false),
         open_stdin: Some(false),
+        // An image's HEALTHCHECK would be run by the engine as a process of its own inside the
+        // container, outside the init's control: it could write /output while it is archived.
+        healthcheck: Some(HealthConfig {
+            test: Some(vec!["NONE".into()]),
+            ..Default::default()
+        }),
         host_config: Some(host),
         ..Default::default()
     }
@@ -408,6 +418,7 @@ mod tests {
             },
             &Command {
                 image: "img".into(),
+                image_id: Some("sha256:0123".into()),
                 entrypoint: Some(vec!["/golem-worker".into()]),
                 cmd: vec!["report".into()],
             },
@@ -447,7 +458,11 @@ mod tests {
         );
         let init = mounts
             .iter()
-            .find(|m| m.target.as_deref() == Some("/.golem-init"))
+            .find(|m| {
+                m.target
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with(crate::plan::INIT_TARGET_PREFIX))
+            })
             .unwrap();
         assert_eq!(
             (init.typ, init.read_only),
@@ -464,13 +479,25 @@ mod tests {
         );
         assert_eq!(body.env.unwrap(), vec!["LANG=C.UTF-8".to_string()]);
         assert_eq!(body.labels.unwrap()[LABEL_ROLE], "worker");
+        assert_eq!(
+            host.init,
+            Some(false),
+            "the daemon must not inject its own init"
+        );
+        assert_eq!(
+            body.healthcheck.unwrap().test,
+            Some(vec!["NONE".to_string()]),
+            "an image's healthcheck must not run beside the init"
+        );
+        assert_eq!(body.image.as_deref(), Some("sha256:0123"), "created by id");
     }
 
     #[test]
     fn the_init_is_pid_one_and_the_image_command_is_never_merged_in() {
         let body = worker_body(&plan());
         let ep = body.entrypoint.unwrap();
-        assert_eq!(ep[0], "/.golem-init");
+        assert!(ep[0].starts_with(crate::plan::INIT_TARGET_PREFIX), "{ep:?}");
+        assert_eq!(ep[1..3], ["init", "--pid1"]);
         assert_eq!(ep[ep.len() - 2..], ["/golem-worker", "report"]);
         assert_eq!(body.cmd, Some(Vec::new()));
     }

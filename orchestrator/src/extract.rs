@@ -165,6 +165,11 @@ pub enum ExtractError {
     /// exactly where parser-differential attacks live.
     #[error("malformed archive: {0}")]
     Malformed(String),
+    /// The stream ended before the archive did. Kept apart from [`Malformed`](Self::Malformed)
+    /// because the producer decides what it means: golem-worker's init always finishes the
+    /// archive it starts, so a cut one tells of the host or the engine, not of the worker.
+    #[error("archive cut short: {0}")]
+    Truncated(String),
     /// More regular files than the policy allows.
     #[error("archive has more than {limit} files")]
     FileCountExceeded {
@@ -340,8 +345,8 @@ pub fn extract<R: Read>(
     // The tar crate never reads past what it needs, so reaching EOF of the
     // underlying stream means it ended without the zero end-of-archive block.
     if state.eof.get() {
-        return Err(ExtractError::Malformed(
-            "stream ended without an end-of-archive block (truncated archive)".to_string(),
+        return Err(ExtractError::Truncated(
+            "the stream ended without an end-of-archive block".to_string(),
         ));
     }
 
@@ -446,6 +451,8 @@ fn stream_error(state: &StreamState, archive_cap: u64, e: io::Error) -> ExtractE
             context: "reading the archive stream".to_string(),
             source: e,
         }
+    } else if state.eof.get() {
+        ExtractError::Truncated(escape_for_report(e.to_string().as_bytes()))
     } else {
         // The tar crate's messages may quote header names: escape them.
         ExtractError::Malformed(escape_for_report(e.to_string().as_bytes()))
@@ -966,8 +973,8 @@ impl Extractor<'_> {
             return Ok(());
         }
         if written != declared {
-            return Err(ExtractError::Malformed(format!(
-                "archive truncated inside data of {shown}: {written} of {declared} bytes"
+            return Err(ExtractError::Truncated(format!(
+                "inside the data of {shown}: {written} of {declared} bytes"
             )));
         }
 
@@ -1826,7 +1833,7 @@ mod tests {
             .finish();
         let sb = sandbox();
         let r = sb.run(&a[..], &LIM);
-        assert!(matches!(r, Err(ExtractError::Malformed(_))), "{r:?}");
+        assert!(matches!(r, Err(ExtractError::Truncated(_))), "{r:?}");
         let (files, _) = sb.check();
         assert!(files.is_empty());
     }
@@ -2113,7 +2120,7 @@ mod tests {
                 assert!(r.is_err(), "cut {cut} was accepted");
                 if cut >= 512 {
                     assert!(
-                        matches!(r, Err(ExtractError::Malformed(_))),
+                        matches!(r, Err(ExtractError::Truncated(_))),
                         "cut {cut}: {r:?}"
                     );
                 }
@@ -2201,6 +2208,7 @@ mod tests {
             },
             ExtractError::InvalidRoot("x".into()),
             ExtractError::Malformed("x".into()),
+            ExtractError::Truncated("x".into()),
         ];
         for e in errs {
             assert!(!e.to_string().contains('\n'));

@@ -16,11 +16,18 @@ use crate::policy::{Access, NetworkMode, Policy, TrustLevel};
 pub const INPUT_TARGET: &str = "/input";
 /// Where the worker writes: a size- and inode-capped tmpfs, streamed out by the init as a tar.
 pub const OUTPUT_TARGET: &str = "/output";
-/// Where golem-worker's static binary is bind-mounted read-only to run as the container's init.
-pub const INIT_TARGET: &str = "/.golem-init";
+/// Where golem-worker's static binary is bind-mounted read-only to run as the container's init:
+/// this prefix and 32 random hex digits, new for every plan. runc resolves a mount's target
+/// through the image's own symlinks, so at a fixed path an image could plant a symlink that
+/// lands the init where a later mount hides it and runs its own program as PID 1 instead; an
+/// image cannot plant a symlink at a name nobody knows yet.
+pub const INIT_TARGET_PREFIX: &str = "/.golem-init-";
 /// How much longer than the session's timeout the in-container init waits before it kills the
 /// worker itself: a backstop for an orchestrator that died, never the normal path.
 pub const INIT_GRACE_SECS: u64 = 60;
+/// The longest `--deadline` golem-worker's init accepts (its `MAX_DEADLINE_SECS`): a longer
+/// timeout is still enforced by golem-orch, the init's backstop stops there.
+pub const INIT_MAX_DEADLINE_SECS: u64 = 86_400;
 /// Where the project's persistent scratch space appears.
 pub const WORKSPACE_TARGET: &str = "/workspace";
 /// Where the project's git repository appears.
@@ -71,6 +78,9 @@ pub struct ContainerPlan {
     pub trust_level: TrustLevel,
     /// Image reference.
     pub image: String,
+    /// The image's content id when it has been resolved: the container is created from this,
+    /// so retagging the reference between the check and the create changes nothing.
+    pub image_id: Option<String>,
     /// The image's own entrypoint, kept as `docker run` keeps it; `None` only in a dry run with
     /// a person's image, whose configuration is not read without the engine.
     pub image_entrypoint: Option<Vec<String>>,
@@ -135,6 +145,8 @@ pub struct HostPaths {
 pub struct Command {
     /// Image reference.
     pub image: String,
+    /// The image's content id (`None`: not resolved, in a dry run).
+    pub image_id: Option<String>,
     /// The image's entrypoint (`None`: not known, in a dry run with a person's image).
     pub entrypoint: Option<Vec<String>>,
     /// Arguments after it.
@@ -265,11 +277,12 @@ pub fn build(
         session: session.to_string(),
         trust_level: policy.level,
         image: command.image.clone(),
+        image_id: command.image_id.clone(),
         image_entrypoint: command.entrypoint.clone(),
         cmd: command.cmd.clone(),
         init: BindMount {
             source: paths.init.clone(),
-            target: INIT_TARGET.into(),
+            target: format!("{INIT_TARGET_PREFIX}{}", uuid::Uuid::new_v4().simple()),
             read_only: true,
         },
         user: format!("{uid}:{gid}"),
@@ -307,14 +320,17 @@ impl ContainerPlan {
     }
 
     /// The container's entrypoint: the init, its limits, then the worker's argv. Docker's own
-    /// entrypoint/cmd merge is not used, so what runs is exactly what the plan shows.
+    /// entrypoint/cmd merge is not used, so what runs is exactly what the plan shows. `--pid1`
+    /// makes the init refuse to start anything unless it really is PID 1.
     pub fn container_entrypoint(&self) -> Vec<String> {
         let mut ep = vec![
             self.init.target.clone(),
             "init".to_string(),
+            "--pid1".to_string(),
             "--deadline".to_string(),
             self.timeout_secs
                 .saturating_add(INIT_GRACE_SECS)
+                .min(INIT_MAX_DEADLINE_SECS)
                 .to_string(),
             "--output".to_string(),
             self.output.target.clone(),
@@ -447,6 +463,7 @@ mod tests {
             },
             &Command {
                 image: "img".into(),
+                image_id: None,
                 entrypoint: Some(vec!["/golem-worker".into()]),
                 cmd: vec!["report".into()],
             },
@@ -541,6 +558,7 @@ mod tests {
         };
         let cmd = Command {
             image: "img".into(),
+            image_id: None,
             entrypoint: None,
             cmd: vec![],
         };
@@ -559,13 +577,27 @@ mod tests {
     fn the_init_runs_the_worker_and_is_mounted_read_only() {
         let plan = plan_for(TrustLevel::Untrusted, None, false).unwrap();
         let ep = plan.container_entrypoint();
-        assert_eq!(ep[..2], ["/.golem-init", "init"]);
+        assert_eq!(ep[0], plan.init.target);
+        assert_eq!(ep[1..4], ["init", "--pid1", "--deadline"]);
         let dash = ep.iter().position(|a| a == "--").unwrap();
         assert_eq!(ep[dash + 1..], ["/golem-worker", "report"]);
-        let deadline: u64 = ep[3].parse().unwrap();
+        let deadline: u64 = ep[4].parse().unwrap();
         assert_eq!(deadline, plan.timeout_secs + INIT_GRACE_SECS);
         assert!(plan.init.read_only);
         assert_eq!(plan.init.source, PathBuf::from("/r/.golem/bin/init"));
+
+        // Where the init is mounted cannot be known in advance by an image.
+        let suffix = plan.init.target.strip_prefix(INIT_TARGET_PREFIX).unwrap();
+        assert_eq!(suffix.len(), 32);
+        assert!(suffix.bytes().all(|b| b.is_ascii_hexdigit()));
+        let again = plan_for(TrustLevel::Untrusted, None, false).unwrap();
+        assert_ne!(again.init.target, plan.init.target);
+
+        // A timeout longer than the init accepts still starts: the backstop stops at its maximum.
+        let mut long = plan;
+        long.timeout_secs = 7 * 86_400;
+        let ep = long.container_entrypoint();
+        assert_eq!(ep[4], INIT_MAX_DEADLINE_SECS.to_string());
     }
 
     #[test]
@@ -583,6 +615,7 @@ mod tests {
         };
         let none = Command {
             image: "bare".into(),
+            image_id: None,
             entrypoint: Some(vec![]),
             cmd: vec![],
         };

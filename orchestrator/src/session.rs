@@ -208,9 +208,15 @@ pub enum SessionError {
     /// Extraction failed on the host side (disk, stream), not because of the output.
     #[error("extracting the output: {0}")]
     Extract(String),
-    /// The container ended without streaming its output (its init failed or was killed).
+    /// The container ended without streaming its output: its init failed or was killed by
+    /// something other than the worker (which cannot reach it), or the engine dropped the stream.
     #[error("the container ended (exit {0}) without streaming its output; see the session's logs")]
     NoArchive(String),
+    /// The output archive began but did not end: the engine cut the stream, it stalled, or the
+    /// init could not finish writing it. The init always finishes what it starts, so this is
+    /// the host's failure, never the worker's.
+    #[error("the output archive was cut short ({0}); nothing was staged")]
+    ArchiveCut(String),
     /// The state directory was replaced while the worker ran.
     #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
     StateReplaced(PathBuf),
@@ -234,6 +240,8 @@ impl SessionError {
                 | SessionError::Stage(_)
                 | SessionError::Audit(_)
                 | SessionError::Extract(_)
+                | SessionError::NoArchive(_)
+                | SessionError::ArchiveCut(_)
                 | SessionError::Io { .. }
         )
     }
@@ -264,6 +272,7 @@ impl Worker {
     pub fn plan_command(&self) -> plan::Command {
         plan::Command {
             image: self.image.clone(),
+            image_id: Some(self.image_id.clone()).filter(|id| !id.is_empty()),
             entrypoint: Some(self.entrypoint.clone()),
             cmd: self.cmd.clone(),
         }
@@ -455,8 +464,9 @@ pub async fn run_resolved(
             () = &mut cancel => Err(Cancelled),
         }
     };
-    if result.is_err() {
-        // A cancelled worker stops now, even when its container is kept for inspection.
+    if result.is_err() || record.status == SessionStatus::Failed {
+        // A cancelled or failed session's worker stops now, even when its container is kept for
+        // inspection: nothing else would stop it before the init's own deadline.
         let _ = container::kill(docker, &container::worker_name(&id)).await;
     }
     // Whatever happened, the engine objects go (unless the person asked to keep them).
@@ -711,6 +721,17 @@ async fn steps(
             return Ok(());
         }
         Some(Err(ExtractFailure::Host(message))) => return Err(SessionError::Extract(message)),
+        Some(Err(ExtractFailure::Cut(message))) => {
+            let why = match (streamed.stalled, exit.code) {
+                (true, _) => format!(
+                    "{message}; no data for {} s, so the container was killed",
+                    ARCHIVE_TIMEOUT.as_secs()
+                ),
+                (false, Some(code)) => format!("{message}; the container exited {code}"),
+                (false, None) => message,
+            };
+            return Err(SessionError::ArchiveCut(why));
+        }
         None => {
             return Err(SessionError::NoArchive(
                 exit.code.map_or("unknown".into(), |c| c.to_string()),
@@ -776,16 +797,31 @@ async fn steps(
 enum ExtractFailure {
     /// The output broke the rules as a whole (caps, malformed archive): nothing is staged.
     Rejected(String),
-    /// The host or the engine failed (disk full, stream cut): not the worker's fault.
+    /// The host failed (disk full, the extraction task): not the worker's fault.
     Host(String),
+    /// The archive stream ended early (the engine, a stall, the init's own failure): not the
+    /// worker's fault either, which cannot reach the init's stdout.
+    Cut(String),
 }
 
 /// Crash-test hook: when `GOLEM_FAILPOINT` names this point, the session stops here forever,
-/// so a test can SIGKILL the orchestrator in a known phase. Unset, it costs one env lookup.
+/// so a test can SIGKILL the orchestrator in a known phase; `NAME:MILLIS` pauses it instead, so
+/// a test can break something under a session that then goes on. Unset, it costs one env lookup.
 async fn failpoint(name: &str) {
-    if std::env::var("GOLEM_FAILPOINT").is_ok_and(|v| v == name) {
-        eprintln!("golem-orch: failpoint {name} reached");
-        std::future::pending::<()>().await;
+    let Ok(value) = std::env::var("GOLEM_FAILPOINT") else {
+        return;
+    };
+    let (point, pause) = match value.split_once(':') {
+        Some((point, millis)) => (point, millis.parse::<u64>().ok()),
+        None => (value.as_str(), None),
+    };
+    if point != name {
+        return;
+    }
+    eprintln!("golem-orch: failpoint {name} reached");
+    match pause {
+        Some(millis) => tokio::time::sleep(Duration::from_millis(millis)).await,
+        None => std::future::pending::<()>().await,
     }
 }
 
@@ -800,6 +836,8 @@ fn identity(path: &Path) -> Result<(u64, u64), SessionError> {
 struct Streamed {
     exit: Exit,
     logs: String,
+    /// The archive began but then stalled, and the container was killed.
+    stalled: bool,
     /// The validator's verdict, with the building stage when it accepted the archive (a refused
     /// one is already deleted, so a full disk is free again), once an archive began to arrive.
     extraction: Option<Result<(stage::Building, Extraction), ExtractFailure>>,
@@ -841,6 +879,7 @@ impl Validator {
                     | extract::ExtractError::InvalidDestination { .. }),
                 ),
             )) => Err(ExtractFailure::Host(e.to_string())),
+            Ok((_, Err(extract::ExtractError::Truncated(how)))) => Err(ExtractFailure::Cut(how)),
             Ok((_, Err(e))) => Err(ExtractFailure::Rejected(e.to_string())),
             Err(e) => Err(ExtractFailure::Host(format!(
                 "the extraction task failed: {e}"
@@ -865,6 +904,7 @@ async fn stream(
     let mut logs = LogBuffer::new(MAX_LOG_BYTES);
     let mut validator: Option<Validator> = None;
     let mut timed_out = false;
+    let mut stalled = false;
     let read = async {
         let mut deadline = tokio::time::Instant::now() + timeout;
         let mut refused = false;
@@ -873,6 +913,7 @@ async fn stream(
                 Err(_) => {
                     // Past the worker's limit before any archive, or the archive stalled.
                     timed_out = validator.is_none();
+                    stalled = !timed_out;
                     container::kill(docker, container).await?;
                     return Ok(());
                 }
@@ -919,6 +960,7 @@ async fn stream(
     Ok(Streamed {
         exit,
         logs: logs.finish(),
+        stalled,
         extraction,
     })
 }

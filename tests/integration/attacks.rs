@@ -546,17 +546,24 @@ fn host_paths_that_were_not_mounted_cannot_be_read() {
     }
     // The container's own files, not the host's.
     assert_eq!(reads["/etc/hostname"]["content"], "golem\n");
+    // The init's mount point is random per session: `.golem-init-` and 32 hex digits.
     let root: Vec<&str> = reads["/"]["listing"]
         .as_array()
         .expect("root listing")
         .iter()
         .filter_map(Value::as_str)
+        .map(|name| match name.strip_prefix(".golem-init-") {
+            Some(hex) if hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                ".golem-init-<random>"
+            }
+            _ => name,
+        })
         .collect();
     assert_eq!(
         root,
         [
             ".dockerenv",
-            ".golem-init",
+            ".golem-init-<random>",
             "dev",
             "etc",
             "hostile-worker",
@@ -689,7 +696,7 @@ fn mount_user_namespaces_and_ptrace_of_pid1_are_refused() {
 }
 
 /// Attacks the init that carries the output out (worker-image `init`, bind-mounted read-only as
-/// PID 1 by plan.rs `INIT_TARGET`): the worker writes a complete forged tar to its own stdout,
+/// PID 1 by plan.rs `INIT_TARGET_PREFIX`): the worker writes a complete forged tar to its own stdout,
 /// tries to open the init's stdout and memory, signals it with SIGTERM, SIGKILL and SIGSTOP, and
 /// leaves a detached process rewriting a file in /output after it exits. The forged archive
 /// lands in the logs, never in the stage; the init is neither reachable nor stopped; and the
@@ -731,6 +738,58 @@ fn the_worker_cannot_forge_the_archive_or_outlive_the_init() {
             .unwrap();
     assert!(logs.contains("forged by the worker"), "{logs}");
     witness.assert_unchanged();
+    g.assert_clean();
+}
+
+/// The hostile image again, now declaring a HEALTHCHECK that plants a file in /output every
+/// second. The engine would run it with `exec`, beside the init and outside its control (even
+/// while the init archives /output), so golem-orch switches it off (container.rs `worker_body`,
+/// `healthcheck: NONE`). Built once per test binary, `FROM` the local hostile image.
+fn image_with_a_healthcheck() -> &'static str {
+    const TAG: &str = "golem-test-hostile-healthcheck:latest";
+    static ONCE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        let dockerfile = format!(
+            "FROM {}\nHEALTHCHECK --interval=1s --timeout=1s \
+             CMD [\"/hostile-worker\", \"try-write\", \"/output/planted-by-healthcheck\"]\n",
+            hostile_image()
+        );
+        let mut build = Command::new("docker")
+            .args(["build", "-q", "-t", TAG, "-"])
+            .env("DOCKER_BUILDKIT", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("docker build");
+        std::io::Write::write_all(build.stdin.as_mut().expect("stdin"), dockerfile.as_bytes())
+            .expect("write the Dockerfile");
+        drop(build.stdin.take());
+        let out = build.wait_with_output().expect("docker build");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    TAG
+}
+
+#[test]
+fn an_images_healthcheck_never_runs_beside_the_worker() {
+    let g = Golem::new();
+    let image = image_with_a_healthcheck();
+    let out = run_bounded(
+        g.cmd(["run", "--json", "--image", image, "--", "sleep", "4"]),
+        HANG_GUARD,
+    );
+    let run = parse_run(&out);
+    run.assert_status("staged", 0);
+    let files = assert_untrusted_stage(&g, &run.staged());
+    assert!(
+        files.is_empty(),
+        "the healthcheck ran and planted {files:?}"
+    );
     g.assert_clean();
 }
 
@@ -783,10 +842,16 @@ fn another_sessions_worker_cannot_be_seen_signalled_or_traced() {
     );
     let init = &list[0];
     assert_eq!(
-        (&init["pid"], &init["comm"], &init["self"]),
-        (&json!(1), &json!(".golem-init"), &json!(false)),
+        (&init["pid"], &init["self"]),
+        (&json!(1), &json!(false)),
         "{procs}"
     );
+    // comm keeps 15 bytes of the random `/.golem-init-<hex>`.
+    let comm = init["comm"].as_str().unwrap_or("");
+    assert!(comm.starts_with(".golem-init-"), "{procs}");
+    assert!(init["cmdline"]
+        .as_str()
+        .is_some_and(|c| c.contains(" init --pid1 ")));
     assert_eq!(errno(&init["ptrace_seize"]), Some(EPERM), "{procs}");
     assert_eq!(list[1]["self"], true);
     assert!(!procs.to_string().contains("sleep 300"));

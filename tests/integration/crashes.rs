@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::attacks::{
-    assert_no_half_stage, hostile, parse_run, run_bounded, tree, wait_for_stderr_line, ChildGuard,
-    HANG_GUARD,
+    assert_no_half_stage, audit_of, hostile, parse_run, run_bounded, tree, wait_for_stderr_line,
+    ChildGuard, HANG_GUARD,
 };
 use crate::harness::{engine_resources, hostile_image, stderr_text, wait_until, Golem};
 
@@ -805,5 +805,63 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
     let (list, _) = g.json(["staged", "--json"]);
     assert_eq!(list.as_array().unwrap().len(), 3, "{list}");
     assert_still_staged(&g, &first, &picture);
+    g.assert_clean();
+}
+
+/// Attacks session.rs `stream` and `Validator::finish` (a stream that ends before the archive
+/// does is the host's failure, `ArchiveCut`): the container is killed from outside while its
+/// init streams an 8 MB output (the session paused at `GOLEM_FAILPOINT=extracting:MILLIS`,
+/// so the engine holds the rest). The worker cannot cut the init's stream, so the session is
+/// `failed` as a host failure that `batch --resume` would retry, never `rejected` as if the
+/// worker had sent bad output; nothing half-built is left and the engine is clean.
+#[test]
+fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
+    let _lock = crash_lock();
+    let g = Golem::new();
+    let mut cmd = g.cmd([
+        "run",
+        "--json",
+        "--image",
+        hostile_image(),
+        "--",
+        "bigfile",
+        "8000000",
+    ]);
+    cmd.env("GOLEM_FAILPOINT", "extracting:4000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut session = ChildGuard(Some(cmd.spawn().expect("spawn")));
+    let extracting = || {
+        let (sessions, _) = g.json(["sessions", "--json"]);
+        sessions
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["status"] == "extracting"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(120), extracting),
+        "the session never began to extract"
+    );
+    let label = format!("label=golem.home={}", g.home.display());
+    let workers = crate::harness::docker_lines(&["ps", "-q", "--filter", &label]);
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let killed = Command::new("docker")
+        .args(["kill", &workers[0]])
+        .output()
+        .expect("docker kill");
+    assert!(killed.status.success(), "{}", stderr_text(&killed));
+
+    let child = session.0.take().unwrap();
+    let out = child.wait_with_output().expect("wait");
+    let run = parse_run(&out);
+    run.assert_status("failed", 1);
+    let error = run.json["error"].as_str().unwrap_or("");
+    assert!(error.contains("cut short"), "{error}");
+    assert_eq!(run.json["host_failure"], true, "{}", run.json);
+    assert_eq!(run.json["rejected"], 0, "{}", run.json);
+    assert!(run.json["staged"].is_null());
+    assert_no_half_stage(&g.home);
+    assert!(!audit_of(&g, &run.session())
+        .iter()
+        .any(|e| e["event"] == "output.rejected"));
     g.assert_clean();
 }

@@ -194,11 +194,10 @@ fn in_container() -> bool {
     let init = read_text("/proc/1/comm").unwrap_or_default();
     // SAFETY: getppid has no preconditions.
     let parent_is_init = unsafe { libc::getppid() } == 1;
+    // golem-orch's init is mounted at `/.golem-init-<random>`; comm keeps 15 bytes of it.
+    let init = init.trim();
     parent_is_init
-        && matches!(
-            init.trim(),
-            "docker-init" | "tini" | "catatonit" | ".golem-init"
-        )
+        && (matches!(init, "docker-init" | "tini" | "catatonit") || init.starts_with(".golem-init"))
 }
 
 /// Network interfaces other than `lo`, from `/sys/class/net` or else
@@ -1295,6 +1294,9 @@ fn forge_archive() -> i32 {
         ("SIGTERM", libc::SIGTERM),
         ("SIGKILL", libc::SIGKILL),
         ("SIGSTOP", libc::SIGSTOP),
+        // std's runtime catches these two for its stack-overflow report; init resets them.
+        ("SIGSEGV", libc::SIGSEGV),
+        ("SIGBUS", libc::SIGBUS),
     ] {
         // SAFETY: kill has no memory preconditions.
         let r = unsafe { libc::kill(1, sig) };
