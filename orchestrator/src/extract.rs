@@ -166,8 +166,8 @@ pub enum ExtractError {
     #[error("malformed archive: {0}")]
     Malformed(String),
     /// The stream ended before the archive did. Kept apart from [`Malformed`](Self::Malformed)
-    /// because the producer decides what it means: golem-worker's init always finishes the
-    /// archive it starts, so a cut one tells of the host or the engine, not of the worker.
+    /// because the producer decides what it means: golem-worker's init finishes the archive it
+    /// starts unless something outside kills it, so a cut one tells of the host or the engine.
     #[error("archive cut short: {0}")]
     Truncated(String),
     /// More regular files than the policy allows.

@@ -25,9 +25,12 @@ pub const INIT_TARGET_PREFIX: &str = "/.golem-init-";
 /// How much longer than the session's timeout the in-container init waits before it kills the
 /// worker itself: a backstop for an orchestrator that died, never the normal path.
 pub const INIT_GRACE_SECS: u64 = 60;
-/// The longest `--deadline` golem-worker's init accepts (its `MAX_DEADLINE_SECS`): a longer
-/// timeout is still enforced by golem-orch, the init's backstop stops there.
-pub const INIT_MAX_DEADLINE_SECS: u64 = 86_400;
+/// The longest `--deadline` golem-worker's init accepts (its `MAX_DEADLINE_SECS`, a week). A
+/// policy timeout longer than that ends at the init's deadline, reported as a timeout.
+pub const INIT_MAX_DEADLINE_SECS: u64 = 604_800;
+/// golem-worker init's exit code when its own deadline passed (its `EXIT_DEADLINE`); it then
+/// writes no archive.
+pub const INIT_EXIT_DEADLINE: i64 = 124;
 /// Where the project's persistent scratch space appears.
 pub const WORKSPACE_TARGET: &str = "/workspace";
 /// Where the project's git repository appears.
@@ -595,7 +598,7 @@ mod tests {
 
         // A timeout longer than the init accepts still starts: the backstop stops at its maximum.
         let mut long = plan;
-        long.timeout_secs = 7 * 86_400;
+        long.timeout_secs = 30 * 86_400;
         let ep = long.container_entrypoint();
         assert_eq!(ep[4], INIT_MAX_DEADLINE_SECS.to_string());
     }

@@ -35,8 +35,8 @@ pub const LOGS: &str = "logs.txt";
 const MAX_LOG_BYTES: usize = 1 << 20;
 /// How long cleanup may take after a cancel before giving up (gc finishes the job).
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the init may take to stream the output once the worker has ended. The output is
-/// capped by its tmpfs, so this only stops an archive that stalls.
+/// How long the archive may go without a byte once it has begun: it stops an archive that
+/// stalls, never one that is long.
 const ARCHIVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Chunks of the archive in flight between the attach stream and the validator: bounded, so a
 /// fast container never makes the host buffer its output.
@@ -209,12 +209,14 @@ pub enum SessionError {
     #[error("extracting the output: {0}")]
     Extract(String),
     /// The container ended without streaming its output: its init failed or was killed by
-    /// something other than the worker (which cannot reach it), or the engine dropped the stream.
+    /// something other than the worker (which cannot signal or trace it), or the engine dropped
+    /// the stream.
     #[error("the container ended (exit {0}) without streaming its output; see the session's logs")]
     NoArchive(String),
     /// The output archive began but did not end: the engine cut the stream, it stalled, or the
-    /// init could not finish writing it. The init always finishes what it starts, so this is
-    /// the host's failure, never the worker's.
+    /// init could not finish writing it. The init finishes what it starts unless something
+    /// outside kills it, so this counts as the host's failure (a worker can only cause it by
+    /// lowering its init's resource limits, which fails no one but its own document).
     #[error("the output archive was cut short ({0}); nothing was staged")]
     ArchiveCut(String),
     /// The state directory was replaced while the worker ran.
@@ -732,6 +734,13 @@ async fn steps(
             };
             return Err(SessionError::ArchiveCut(why));
         }
+        // The init's own deadline (a policy timeout past its maximum): a timeout like any other.
+        None if exit.code == Some(plan::INIT_EXIT_DEADLINE) => {
+            record.status = SessionStatus::Timeout;
+            record.exit.timed_out = true;
+            record.error = Some("killed at the init's deadline".into());
+            return Ok(());
+        }
         None => {
             return Err(SessionError::NoArchive(
                 exit.code.map_or("unknown".into(), |c| c.to_string()),
@@ -799,28 +808,34 @@ enum ExtractFailure {
     Rejected(String),
     /// The host failed (disk full, the extraction task): not the worker's fault.
     Host(String),
-    /// The archive stream ended early (the engine, a stall, the init's own failure): not the
-    /// worker's fault either, which cannot reach the init's stdout.
+    /// The archive stream ended early (the engine, a stall, the init killed from outside):
+    /// counted as the host's failure, since the worker cannot reach the init's stdout.
     Cut(String),
 }
 
 /// Crash-test hook: when `GOLEM_FAILPOINT` names this point, the session stops here forever,
-/// so a test can SIGKILL the orchestrator in a known phase; `NAME:MILLIS` pauses it instead, so
-/// a test can break something under a session that then goes on. Unset, it costs one env lookup.
+/// so a test can SIGKILL the orchestrator in a known phase; `NAME:until=PATH` waits until PATH
+/// exists instead (ten minutes at most), so a test can break something under a session that then
+/// goes on. Unset, it costs one env lookup.
 async fn failpoint(name: &str) {
     let Ok(value) = std::env::var("GOLEM_FAILPOINT") else {
         return;
     };
-    let (point, pause) = match value.split_once(':') {
-        Some((point, millis)) => (point, millis.parse::<u64>().ok()),
+    let (point, until) = match value.split_once(":until=") {
+        Some((point, path)) => (point, Some(PathBuf::from(path))),
         None => (value.as_str(), None),
     };
     if point != name {
         return;
     }
     eprintln!("golem-orch: failpoint {name} reached");
-    match pause {
-        Some(millis) => tokio::time::sleep(Duration::from_millis(millis)).await,
+    match until {
+        Some(path) => {
+            let give_up = tokio::time::Instant::now() + Duration::from_secs(600);
+            while !path.exists() && tokio::time::Instant::now() < give_up {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         None => std::future::pending::<()>().await,
     }
 }
@@ -937,8 +952,9 @@ async fn stream(
                 let building = begin()?;
                 failpoint("extracting").await;
                 validator = Some(Validator::spawn(building, limits));
-                deadline = tokio::time::Instant::now() + ARCHIVE_TIMEOUT;
             }
+            // Once the archive has begun, only a stall stops it.
+            deadline = tokio::time::Instant::now() + ARCHIVE_TIMEOUT;
             if let Some(v) = &validator {
                 if v.chunks.send(message).await.is_err() {
                     // The validator stopped reading: the output is refused (or the host

@@ -810,10 +810,11 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
 
 /// Attacks session.rs `stream` and `Validator::finish` (a stream that ends before the archive
 /// does is the host's failure, `ArchiveCut`): the container is killed from outside while its
-/// init streams an 8 MB output (the session paused at `GOLEM_FAILPOINT=extracting:MILLIS`,
-/// so the engine holds the rest). The worker cannot cut the init's stream, so the session is
-/// `failed` as a host failure that `batch --resume` would retry, never `rejected` as if the
-/// worker had sent bad output; nothing half-built is left and the engine is clean.
+/// init streams an 8 MB output (the session held at `GOLEM_FAILPOINT=extracting:until=PATH`
+/// until the kill is done, so the engine holds the rest). The worker cannot cut the init's
+/// stream, so the session is `failed` as a host failure that `batch --resume` would retry,
+/// never `rejected` as if the worker had sent bad output; nothing half-built is left and the
+/// engine is clean.
 #[test]
 fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
     let _lock = crash_lock();
@@ -827,9 +828,14 @@ fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
         "bigfile",
         "8000000",
     ]);
-    cmd.env("GOLEM_FAILPOINT", "extracting:4000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let killed_flag = tempfile::tempdir().unwrap();
+    let go_on = killed_flag.path().join("killed");
+    cmd.env(
+        "GOLEM_FAILPOINT",
+        format!("extracting:until={}", go_on.display()),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut session = ChildGuard(Some(cmd.spawn().expect("spawn")));
     let extracting = || {
         let (sessions, _) = g.json(["sessions", "--json"]);
@@ -844,10 +850,28 @@ fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
     let label = format!("label=golem.home={}", g.home.display());
     let workers = crate::harness::docker_lines(&["ps", "-q", "--filter", &label]);
     assert_eq!(workers.len(), 1, "{workers:?}");
-    let killed = Command::new("docker")
+    let pid = crate::harness::docker_lines(&["inspect", "-f", "{{.State.Pid}}", &workers[0]]);
+    let init = Path::new("/proc").join(pid.first().expect("the init's pid"));
+    // The engine reports the container stopped only once its streams are drained, so `docker
+    // kill` returns after the session goes on reading: wait for the init to die instead.
+    let kill = Command::new("docker")
         .args(["kill", &workers[0]])
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("docker kill");
+    let dead = || {
+        std::fs::read_to_string(init.join("stat")).map_or(true, |stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), dead),
+        "the init survived docker kill"
+    );
+    std::fs::write(&go_on, b"").unwrap();
+    let killed = kill.wait_with_output().expect("docker kill");
     assert!(killed.status.success(), "{}", stderr_text(&killed));
 
     let child = session.0.take().unwrap();

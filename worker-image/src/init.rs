@@ -47,8 +47,8 @@ pub const INIT_COMMAND: &str = "init";
 /// `--deadline` when none is given: a backstop for a dead orchestrator, which
 /// normally stops the container long before.
 pub const DEFAULT_DEADLINE_SECS: u64 = 3600;
-/// The longest `--deadline` accepted (one day).
-pub const MAX_DEADLINE_SECS: u64 = 86_400;
+/// The longest `--deadline` accepted (a week).
+pub const MAX_DEADLINE_SECS: u64 = 604_800;
 /// Entries whose path relative to the output directory is longer than this
 /// are skipped with a note (the host rejects them anyway, and the walk's
 /// memory stays bounded however deep the worker nests directories).
@@ -110,8 +110,9 @@ impl InitOptions {
 /// Runs init: the worker, then the kill, then the archive. Returns the exit
 /// code: the worker's exit code, or 128 + N when signal N killed it,
 /// [`EXIT_CANNOT_RUN`] when it could not be started (the archive is still
-/// written), or [`EXIT_ARCHIVE_FAILED`] when the archive could not be
-/// written. The deadline ends the process from a timer thread instead.
+/// written), [`EXIT_ARCHIVE_FAILED`] when the archive could not be written,
+/// or [`EXIT_REFUSED`] when init would not start anything. The deadline ends
+/// the process from a timer thread instead, with [`EXIT_DEADLINE`].
 pub fn main(opts: &InitOptions) -> i32 {
     if opts.require_pid1 && std::process::id() != 1 {
         say(&format!(
@@ -137,6 +138,15 @@ pub fn main(opts: &InitOptions) -> i32 {
         ));
         return EXIT_REFUSED;
     }
+    // The archive's descriptor is taken before the worker exists, so a worker
+    // that lowers init's RLIMIT_NOFILE (it shares init's uid) cannot stop it.
+    let stdout = match io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => File::from(fd),
+        Err(e) => {
+            say(&format!("golem-init: cannot take its stdout: {e}"));
+            return EXIT_REFUSED;
+        }
+    };
     // The timer exists before the worker does, so a worker that exhausts the
     // pids limit at once cannot keep init from ever enforcing its deadline.
     let timer = match Deadline::start(opts.deadline) {
@@ -147,7 +157,7 @@ pub fn main(opts: &InitOptions) -> i32 {
         }
     };
     let status = run_worker(opts, &timer);
-    match archive_to_stdout(&opts.output) {
+    match archive_to(stdout, &opts.output) {
         Ok(()) => status,
         Err(e) => {
             say(&format!(
@@ -372,8 +382,7 @@ fn reap_all() {
 }
 
 /// Writes the archive of `dir` to init's stdout, notes to stderr.
-fn archive_to_stdout(dir: &Path) -> io::Result<()> {
-    let stdout = File::from(io::stdout().as_fd().try_clone_to_owned()?);
+fn archive_to(stdout: File, dir: &Path) -> io::Result<()> {
     let out = BufWriter::with_capacity(OUTPUT_BUFFER, stdout);
     write_archive(dir, out, |note| say(&note))
 }

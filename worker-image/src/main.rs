@@ -37,7 +37,7 @@ init     be a worker container's PID 1: run PROGRAM (found through PATH)
          it ends, kill every other process, write --output (default /output)
          to stdout as a tar stream and exit with PROGRAM's status (128+N if
          signal N killed it; 127 if it could not be run). After --deadline
-         (default 3600, at most 86400 seconds) everything is killed and init
+         (default 3600, at most 604800 seconds) everything is killed and init
          exits 124 without an archive; 125: the archive could not be written;
          126: init refused to start anything (with --pid1: it is not PID 1).
 version  print the version.
@@ -311,7 +311,7 @@ mod tests {
             &["init", "worker"],
             &["init", "--"],
             &["init", "--deadline", "0", "--", "w"],
-            &["init", "--deadline", "86401", "--", "w"],
+            &["init", "--deadline", "604801", "--", "w"],
             &["init", "--deadline", "1m", "--", "w"],
             &["init", "--deadline"],
             &["init", "--output"],

@@ -1313,6 +1313,18 @@ fn forge_archive() -> i32 {
         "pid 1 state after signals",
         value_or_error(state.map(Value::from)),
     );
+    // The signals PID 1 catches: only a caught signal reaches a namespace's init from inside.
+    let caught = read_text("/proc/1/status").map(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .map(|m| m.trim().to_string())
+            .unwrap_or_default()
+    });
+    s.note(
+        "pid 1 caught signals",
+        value_or_error(caught.map(Value::from)),
+    );
     // A detached grandchild that keeps rewriting a file after the worker has exited.
     // SAFETY: the child only calls async-signal-safe functions and never returns.
     let child = unsafe { libc::fork() };
