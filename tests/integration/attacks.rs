@@ -148,7 +148,7 @@ pub fn parse_run(out: &Output) -> Run {
     }
 }
 
-/// `golem-orch run --json [extra] --image golem-hostile:test -- MODE...`, with a hang guard.
+/// `golem-orch run --json [extra] --image <hostile image> -- MODE...`, with a hang guard.
 pub fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> Run {
     hostile_with(g, extra, mode, |_| {})
 }

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The image built from `tests/hostile-worker`, used to attack the sandbox.
-pub const HOSTILE_IMAGE: &str = "golem-hostile:test";
+/// The repository of the image built from `tests/hostile-worker`, used to attack the sandbox.
+/// Its tag is the binary's content hash, so checkouts testing different hostile workers on one
+/// engine never replace each other's image.
+pub const HOSTILE_REPOSITORY: &str = "golem-hostile";
 
 /// One isolated user of golem-orch: a project directory and a state directory.
 pub struct Golem {
@@ -189,8 +191,8 @@ pub fn worker_image() {
 
 /// Builds `tests/hostile-worker` statically and wraps it in a scratch image, once per test binary.
 pub fn hostile_image() -> &'static str {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
         let target_dir = workspace.join("target").join("static-worker");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -204,25 +206,35 @@ pub fn hostile_image() -> &'static str {
             .expect("cargo build hostile-worker");
         assert!(out.status.success(), "building hostile-worker failed: {}", String::from_utf8_lossy(&out.stderr));
         let context = tempfile::tempdir().expect("context dir");
-        std::fs::copy(
-            target_dir.join("x86_64-unknown-linux-gnu/release/hostile-worker"),
-            context.path().join("hostile-worker"),
-        )
-        .expect("copy hostile-worker");
+        let binary = std::fs::read(target_dir.join("x86_64-unknown-linux-gnu/release/hostile-worker"))
+            .expect("read hostile-worker");
+        let copy = context.path().join("hostile-worker");
+        std::fs::write(&copy, &binary).expect("copy hostile-worker");
+        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("make hostile-worker executable");
+        let tag = format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary));
         std::fs::write(
             context.path().join("Dockerfile"),
             "FROM scratch\nCOPY hostile-worker /hostile-worker\nUSER 65534:65534\nENTRYPOINT [\"/hostile-worker\"]\n",
         )
         .expect("Dockerfile");
         let out = Command::new("docker")
-            .args(["build", "-q", "-t", HOSTILE_IMAGE])
+            .args(["build", "-q", "-t", &tag])
             .arg(context.path())
             .env("DOCKER_BUILDKIT", "0")
             .output()
             .expect("docker build");
         assert!(out.status.success(), "docker build failed: {}", String::from_utf8_lossy(&out.stderr));
+        tag
+    })
+}
+
+/// A short, stable tag for `bytes` (FNV-1a, 64 bits): enough to tell builds apart on one engine.
+fn content_tag(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     });
-    HOSTILE_IMAGE
+    format!("test-{hash:016x}")
 }
 
 /// Polls until `f` returns true or the deadline passes (for waiting on the engine, never for timing).
