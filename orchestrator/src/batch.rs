@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::audit::{self, Audit};
 use crate::extract::{ExtractedFile, Rejected};
 use crate::home::{self, write_atomic, Home};
-use crate::intake::{self, InputRecord, Source};
+use crate::intake::{self, FileId, InputRecord, Source};
 use crate::policy::TrustLevel;
 use crate::session::{self, Images, RunOptions, SessionError, SessionStatus};
 use crate::stage::{self, Manifest, Stage, StageError, Status};
@@ -100,6 +100,32 @@ pub struct Document {
     /// full), so `--resume` runs it again.
     #[serde(default)]
     pub retry: bool,
+    /// A local document as it was listed: its turn re-opens exactly this file (no-follow,
+    /// same identity) and refuses anything swapped in meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Pinned>,
+}
+
+/// Where a listed document is and which file it was, so it is never re-resolved by path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pinned {
+    /// The path the person named.
+    pub root: std::path::PathBuf,
+    /// Components below `root` (empty when the person named the file).
+    pub rel: Vec<String>,
+    /// Device and inode when listed.
+    pub id: FileId,
+}
+
+impl Pinned {
+    /// The source a session takes in.
+    pub fn source(&self) -> Source {
+        Source::Listed {
+            root: self.root.clone(),
+            rel: self.rel.clone(),
+            id: self.id,
+        }
+    }
 }
 
 impl Document {
@@ -129,6 +155,12 @@ pub struct Settings {
     pub jobs: usize,
     /// One staged commit for the whole batch.
     pub stage_as_one: bool,
+    /// The person's `--allow-private-urls`, kept for `--resume`.
+    #[serde(default)]
+    pub allow_private_urls: bool,
+    /// The person's `--max-input`, kept for `--resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input: Option<Size>,
 }
 
 /// Overall state of a batch.
@@ -297,11 +329,12 @@ fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
 }
 
 /// Expands inputs into documents: files as given, directories recursively (links skipped, as
-/// intake would refuse them), URLs as given. Folder names are unique within the batch.
+/// intake would refuse them), URLs as given. Local files are listed by fd, no-follow, and
+/// pinned by identity; every path component is checked. Folder names are unique in the batch.
 pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
     let mut out: Vec<Document> = Vec::new();
     let mut folders: Vec<String> = Vec::new();
-    let mut push = |source: String, name: String| {
+    let mut push = |source: String, name: String, pinned: Option<Pinned>| {
         let mut folder = sanitize(&name);
         let base = folder.clone();
         let mut n = 2;
@@ -322,36 +355,48 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
             bytes: 0,
             rejected: 0,
             retry: false,
+            pinned,
         });
     };
     for source in intake::classify(inputs)? {
         match source {
             Source::File(p) => {
+                let (_, st) = intake::open_listed(&p, &[], None)?;
                 let name = p
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                push(p.display().to_string(), name);
+                let pinned = Pinned {
+                    root: p.clone(),
+                    rel: Vec::new(),
+                    id: FileId::of(&st),
+                };
+                push(p.display().to_string(), name, Some(pinned));
             }
             Source::Url(u) => {
                 let name = u
                     .path_segments()
                     .and_then(|mut s| s.next_back().map(str::to_string))
                     .unwrap_or_default();
-                push(u.to_string(), name);
+                push(u.to_string(), name, None);
             }
             Source::Dir(root) => {
-                let mut files = Vec::new();
-                walk(&root, &mut files).map_err(|e| record_err(&root, e))?;
-                files.sort();
-                for f in files {
-                    let rel = f
-                        .strip_prefix(&root)
-                        .unwrap_or(&f)
-                        .to_string_lossy()
-                        .replace('/', "_");
-                    push(f.display().to_string(), rel);
+                for (rel, id) in intake::list_files(&root)? {
+                    let shown = rel.iter().fold(root.clone(), |p, c| p.join(c));
+                    let pinned = Pinned {
+                        root: root.clone(),
+                        rel,
+                        id,
+                    };
+                    push(
+                        shown.display().to_string(),
+                        pinned.rel.join("_"),
+                        Some(pinned),
+                    );
                 }
+            }
+            listed @ Source::Listed { .. } => {
+                push(intake::describe(&listed), String::new(), None);
             }
         }
     }
@@ -359,19 +404,6 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
         return Err(BatchError::Empty);
     }
     Ok(out)
-}
-
-fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let ft = entry.file_type()?;
-        if ft.is_dir() {
-            walk(&entry.path(), out)?;
-        } else if ft.is_file() {
-            out.push(entry.path());
-        }
-    }
-    Ok(())
 }
 
 /// A folder name that passes the extractor's name rules (a leading dot, so `.git` too, is dropped).
@@ -443,7 +475,12 @@ pub async fn run(
                     r.documents[i].clone()
                 };
                 progress.started(&doc);
-                let sources = match intake::classify(std::slice::from_ref(&doc.source)) {
+                // A listed file is re-opened exactly as listed, never re-resolved by its path.
+                let sources = match &doc.pinned {
+                    Some(p) => Ok(vec![p.source()]),
+                    None => intake::classify(std::slice::from_ref(&doc.source)),
+                };
+                let sources = match sources {
                     Ok(s) => s,
                     Err(e) => {
                         finish(&shared, i, DocStatus::Failed, None, Some(e.to_string()));
@@ -700,6 +737,7 @@ mod tests {
             bytes: 0,
             rejected: 0,
             retry,
+            pinned: None,
         }
     }
 
@@ -731,6 +769,8 @@ mod tests {
                 timeout: None,
                 jobs: 2,
                 stage_as_one: false,
+                allow_private_urls: false,
+                max_input: None,
             },
             docs,
         );

@@ -268,8 +268,10 @@ struct BatchArgs {
     #[arg(long)]
     stage_as_one: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls"])]
     resume: Option<String>,
+    #[command(flatten)]
+    intake: IntakeArgs,
     #[command(flatten)]
     worker: WorkerArgs,
     #[command(flatten)]
@@ -292,6 +294,8 @@ struct RunArgs {
     /// Wall-clock limit per download.
     #[arg(long, value_name = "DURATION", default_value = "2m")]
     download_timeout: Limit,
+    #[command(flatten)]
+    intake: IntakeArgs,
     /// Opt in to a network (only the full level allows it).
     #[arg(long)]
     allow_network: bool,
@@ -306,6 +310,28 @@ struct RunArgs {
     /// Arguments for the image, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     command: Vec<String>,
+}
+
+/// Intake limits a person may set; shared by `run` and `batch`.
+#[derive(Debug, Args, Clone)]
+struct IntakeArgs {
+    /// Lower the session's total input cap (the policy's input.max_total_bytes; never raises it).
+    #[arg(long, value_name = "SIZE")]
+    max_input: Option<Size>,
+    /// Let URLs (and their redirects) reach loopback, private and link-local addresses: your own
+    /// intranet. Off by default, so a redirect cannot reach the host's or the network's services.
+    #[arg(long)]
+    allow_private_urls: bool,
+}
+
+impl IntakeArgs {
+    /// Applies the cap to the policy and both settings to the session's intake limits.
+    fn apply(&self, opts: &mut RunOptions) -> Result<()> {
+        policy::narrow_input(&mut opts.policy, self.max_input)?;
+        opts.intake.max_total_bytes = opts.policy.input.max_total_bytes.bytes();
+        opts.intake.allow_private = self.allow_private_urls;
+        Ok(())
+    }
 }
 
 /// The trust level and what to run; shared by `run` and `batch`.
@@ -525,6 +551,7 @@ async fn run(
         download_timeout: args.download_timeout.duration(),
         ..IntakeLimits::default()
     };
+    args.intake.apply(&mut opts)?;
     if args.dry_run {
         return dry_run(home_arg, &opts, args.json.json);
     }
@@ -583,10 +610,14 @@ async fn batch_cmd(
 ) -> Result<ExitCode> {
     use golem_orch::batch;
     let home = open_home(home_arg)?;
-    let (record, worker_args, command) = match &args.resume {
+    let (record, worker_args, command, intake_args) = match &args.resume {
         Some(id) => {
             let record = batch::load(&home, id)?;
             let s = &record.settings;
+            let intake_args = IntakeArgs {
+                max_input: s.max_input,
+                allow_private_urls: s.allow_private_urls,
+            };
             let w = WorkerArgs {
                 trust: Some(s.trust_level),
                 untrusted: false,
@@ -599,7 +630,7 @@ async fn batch_cmd(
                 memory: s.memory,
             };
             let command = s.command.clone();
-            (record, w, command)
+            (record, w, command, intake_args)
         }
         None => {
             let mut inputs = args.inputs.clone();
@@ -630,12 +661,15 @@ async fn batch_cmd(
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
                     .max(1),
                 stage_as_one: args.stage_as_one,
+                allow_private_urls: args.intake.allow_private_urls,
+                max_input: args.intake.max_input,
             };
             let record = batch::new_record(settings, documents);
-            (record, w.clone(), args.command.clone())
+            (record, w.clone(), args.command.clone(), args.intake.clone())
         }
     };
-    let template = prepare(policy_dir, &worker_args, &command)?;
+    let mut template = prepare(policy_dir, &worker_args, &command)?;
+    intake_args.apply(&mut template)?;
     let (docker, _) = engine::connect().await?;
     if let Err(e) = gc::collect(&docker, &home, gc::Scope::Home).await {
         tracing::warn!("gc before batch failed: {e}");
@@ -977,6 +1011,9 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             i.name,
             i.source
         );
+        if i.hops.len() > 1 {
+            outln!("      redirected: {}", i.hops.join(" -> "));
+        }
     }
     outln!("\nfiles ({}, {})", m.files.len(), human_bytes(m.bytes));
     for f in &m.files {

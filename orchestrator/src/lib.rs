@@ -24,4 +24,5 @@ pub mod session;
 pub mod stage;
 pub mod target;
 pub mod units;
+pub mod urlcheck;
 pub mod workers;

@@ -50,6 +50,17 @@ impl TrustLevel {
     }
 
     /// The most access a policy of this level may ever grant, whatever its file says.
+    /// The most a policy file of this level may let a session take in: a host disk is shared,
+    /// so even a hand-written policy cannot make intake unbounded.
+    pub fn input_ceiling(self) -> Size {
+        Size(match self {
+            TrustLevel::Untrusted => 4 << 30,
+            TrustLevel::Session => 16 << 30,
+            TrustLevel::Workspace => 64 << 30,
+            TrustLevel::Full => 256 << 30,
+        })
+    }
+
     fn ceiling(self) -> (Access, Access) {
         // (workspace, repo)
         match self {
@@ -169,6 +180,23 @@ pub struct OutputLimits {
     pub max_file_bytes: Size,
 }
 
+/// Caps on what a session takes in, enforced by intake while copying and downloading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputLimits {
+    /// Bytes of all inputs together, counted by apparent size so a sparse file counts in full.
+    pub max_total_bytes: Size,
+}
+
+impl Default for InputLimits {
+    /// For policy files written before the field existed: 1 GiB.
+    fn default() -> Self {
+        InputLimits {
+            max_total_bytes: Size(1 << 30),
+        }
+    }
+}
+
 /// The container's environment: only what is written here, never the host's.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -197,6 +225,9 @@ pub struct Policy {
     pub resources: Resources,
     /// Output caps.
     pub output: OutputLimits,
+    /// Input caps.
+    #[serde(default)]
+    pub input: InputLimits,
     /// Numeric `uid:gid`; never root, and numeric because a scratch image has no user database.
     pub user: String,
     /// Environment.
@@ -365,6 +396,13 @@ impl Policy {
                 "cannot exceed output.max_total_bytes".into(),
             );
         }
+        let input_max = self.level.input_ceiling();
+        if self.input.max_total_bytes > input_max {
+            return err(
+                "input.max_total_bytes",
+                format!("level {} allows at most {input_max}", self.level),
+            );
+        }
         parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
         for name in self.env.set.keys().chain(self.env.pass.iter()) {
             if !valid_env_name(name) {
@@ -476,6 +514,7 @@ struct Overlay {
     network: Option<NetworkOverlay>,
     resources: Option<ResourcesOverlay>,
     output: Option<OutputOverlay>,
+    input: Option<InputOverlay>,
     env: Option<EnvOverlay>,
     runtime: Option<String>,
 }
@@ -510,6 +549,12 @@ struct OutputOverlay {
     max_total_bytes: Option<Size>,
     max_files: Option<u64>,
     max_file_bytes: Option<Size>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputOverlay {
+    max_total_bytes: Option<Size>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -676,6 +721,14 @@ fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<()
             &widen,
         )?;
     }
+    if let Some(input) = &o.input {
+        lower(
+            &mut policy.input.max_total_bytes,
+            input.max_total_bytes,
+            "input.max_total_bytes",
+            &widen,
+        )?;
+    }
     if let Some(env) = &o.env {
         if let Some(pass) = &env.pass {
             if let Some(extra) = pass.iter().find(|n| !policy.env.pass.contains(n)) {
@@ -718,6 +771,26 @@ fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<()
             },
             message: format!("{key}: {message}"),
         })
+}
+
+/// Lowers the session's input cap for one run (`--max-input`); asking for more is an error.
+pub fn narrow_input(policy: &mut Policy, max_input: Option<Size>) -> Result<(), PolicyError> {
+    if let Some(m) = max_input {
+        if m > policy.input.max_total_bytes {
+            return Err(PolicyError::Widen {
+                at: Location {
+                    file: "--max-input".into(),
+                    line_col: None,
+                },
+                level: policy.level,
+                key: "input.max_total_bytes".into(),
+                asked: m.to_string(),
+                allowed: policy.input.max_total_bytes.to_string(),
+            });
+        }
+        policy.input.max_total_bytes = m;
+    }
+    Ok(())
 }
 
 /// Lowers the memory and timeout for one run; asking for more than the policy allows is an error.

@@ -491,6 +491,15 @@ pub async fn run_resolved(
             json!({ "failed": cleanup_failed.iter().map(|(r, e)| format!("{r:?}: {e}")).collect::<Vec<_>>() }),
         )?;
     }
+    // Input copies are private bytes the person already has: they go with the session unless
+    // the person keeps it for inspection.
+    if !opts.keep {
+        if let Err(e) = std::fs::remove_dir_all(&input) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("removing {}: {e}", input.display());
+            }
+        }
+    }
     match result {
         Ok(()) => {}
         Err(Cancelled) => {
@@ -604,7 +613,12 @@ async fn steps(
     let input = home.session_dir(&id).join("input");
 
     // 1. Intake on the host: bytes only, never parsed here.
-    record.inputs = intake::intake(&opts.sources, &input, &opts.intake).await?;
+    // The policy's input cap holds whatever the caller asked for.
+    let mut limits = opts.intake.clone();
+    limits.max_total_bytes = limits
+        .max_total_bytes
+        .min(opts.policy.input.max_total_bytes.bytes());
+    record.inputs = intake::intake(&opts.sources, &input, &limits).await?;
     save(home, record)?;
     // One audit line stays small: very large directories are summarised (the session record
     // and the manifest keep the full list).
