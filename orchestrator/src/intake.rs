@@ -137,7 +137,7 @@ pub enum IntakeError {
     #[error("input {0}: was replaced after it was listed; refusing to take in a different file")]
     Replaced(String),
     /// A name that would be unreadable or misleading in a report.
-    #[error("input {0}: a path component contains control, invisible or bidi characters or is not valid UTF-8")]
+    #[error("input {0}: a path component contains control characters (or invisible, bidi or format characters) or is not valid UTF-8")]
     BadName(String),
     /// A URL with an unsupported scheme or no host.
     #[error("input {0}: only http and https URLs are supported")]
@@ -255,10 +255,10 @@ fn classify_one(arg: &str) -> Result<Source, IntakeError> {
         return Ok(Source::Url(url));
     }
     let path = PathBuf::from(arg);
-    // Every component ends up in reports (and the last under /input): refuse a bad one before
-    // anything is created or opened.
-    check_components(&path)?;
     let (_, st) = open_named(&path)?;
+    // Every component ends up in reports (and the last under /input): refuse a bad one before
+    // anything is created.
+    check_components(&path)?;
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => Ok(Source::File(path)),
         FileType::Directory => Ok(Source::Dir(path)),
@@ -324,11 +324,7 @@ pub fn open_named(path: &Path) -> Result<(OwnedFd, Stat), IntakeError> {
 
 /// Opens `name` inside the directory `dir` without following a link, without blocking on a
 /// FIFO and without taking a terminal, and `fstat`s the open fd.
-fn open_child(
-    dir: impl AsFd,
-    name: &OsStr,
-    path: &Path,
-) -> Result<(OwnedFd, Stat), IntakeError> {
+fn open_child(dir: impl AsFd, name: &OsStr, path: &Path) -> Result<(OwnedFd, Stat), IntakeError> {
     let fd = rustix::fs::openat(
         dir,
         name,
@@ -861,7 +857,12 @@ async fn download_inner(
             .to_str()
             .ok()
             .and_then(|l| current.join(l).ok())
-            .ok_or_else(|| fail(current.as_str(), "redirect to an unreadable location".into()))?;
+            .ok_or_else(|| {
+                fail(
+                    current.as_str(),
+                    "redirect to an unreadable location".into(),
+                )
+            })?;
         if !matches!(next.scheme(), "http" | "https") || next.host_str().is_none() {
             return Err(fail(
                 current.as_str(),
@@ -1142,9 +1143,11 @@ mod tests {
 
     #[tokio::test]
     async fn loopback_downloads_are_refused_by_default_and_redirect_hops_are_recorded() {
-        let (base, _server) = serve(|path| match path {
+        let (base, _server) = serve(|path| {
+            match path {
             "/hop" => b"HTTP/1.1 302 Found\r\nLocation: /paper.pdf\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
             _ => ok(b"bytes"),
+        }
         });
         let dest = tempfile::tempdir().unwrap();
         let src = classify(&[format!("{base}/hop")]).unwrap();
@@ -1152,11 +1155,23 @@ mod tests {
             allow_private: false,
             ..limits()
         };
-        let err = intake(&src, dest.path(), &strict).await.unwrap_err().to_string();
-        assert!(err.contains("loopback") && err.contains("--allow-private-urls"), "{err}");
+        let err = intake(&src, dest.path(), &strict)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("loopback") && err.contains("--allow-private-urls"),
+            "{err}"
+        );
         let recs = intake(&src, dest.path(), &limits()).await.unwrap();
-        assert_eq!(recs[0].hops, [format!("{base}/hop"), format!("{base}/paper.pdf")]);
-        assert_eq!(recs[0].final_url.as_deref(), Some(format!("{base}/paper.pdf").as_str()));
+        assert_eq!(
+            recs[0].hops,
+            [format!("{base}/hop"), format!("{base}/paper.pdf")]
+        );
+        assert_eq!(
+            recs[0].final_url.as_deref(),
+            Some(format!("{base}/paper.pdf").as_str())
+        );
     }
 
     #[tokio::test]
@@ -1179,23 +1194,37 @@ mod tests {
         .await
         .unwrap();
         let copy = dest.path().join("sparse.bin");
-        let (a, b) = (std::fs::read(&sparse).unwrap(), std::fs::read(&copy).unwrap());
+        let (a, b) = (
+            std::fs::read(&sparse).unwrap(),
+            std::fs::read(&copy).unwrap(),
+        );
         assert_eq!(a, b);
         assert_eq!(recs[0].sha256, hex::encode(Sha256::digest(&a)));
         let meta = std::fs::metadata(&copy).unwrap();
-        assert!(meta.blocks() * 512 < 200 << 10, "holes filled: {}", meta.blocks());
+        assert!(
+            meta.blocks() * 512 < 200 << 10,
+            "holes filled: {}",
+            meta.blocks()
+        );
 
         // Two of them are over the 1 MiB cap, and nothing of the second is written.
         let dest = tempfile::tempdir().unwrap();
         let arg = sparse.display().to_string();
-        let err = intake(&classify(&[arg.clone(), arg]).unwrap(), dest.path(), &limits())
-            .await
-            .unwrap_err();
+        let err = intake(
+            &classify(&[arg.clone(), arg]).unwrap(),
+            dest.path(),
+            &limits(),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, IntakeError::OverCap { .. }), "{err}");
         assert!(!dest.path().join("sparse-2.bin").exists());
         // A 1 TiB sparse file is refused at once.
         let huge = src.path().join("huge.bin");
-        std::fs::File::create(&huge).unwrap().set_len(1 << 40).unwrap();
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
         let err = intake(
             &classify(&[huge.display().to_string()]).unwrap(),
             tempfile::tempdir().unwrap().path(),
@@ -1209,7 +1238,13 @@ mod tests {
     #[test]
     fn every_path_component_is_checked_and_a_named_link_is_not_followed() {
         let src = tempfile::tempdir().unwrap();
-        for evil in ["\x1b]52;c;aGk=\x07", "a\u{202e}b", "tag\u{e0041}", "\u{3164}", "zw\u{200b}"] {
+        for evil in [
+            "\x1b]52;c;aGk=\x07",
+            "a\u{202e}b",
+            "tag\u{e0041}",
+            "\u{3164}",
+            "zw\u{200b}",
+        ] {
             let dir = src.path().join(evil);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("doc.txt"), "x").unwrap();

@@ -39,7 +39,11 @@ pub fn classify(ip: IpAddr) -> Option<Refusal> {
 }
 
 fn in_v4(ip: Ipv4Addr, net: [u8; 4], bits: u32) -> bool {
-    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
     (u32::from(ip) & mask) == (u32::from(Ipv4Addr::from(net)) & mask)
 }
 
@@ -69,7 +73,11 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Refusal> {
 }
 
 fn in_v6(ip: Ipv6Addr, net: [u16; 8], bits: u32) -> bool {
-    let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u128::MAX << (128 - bits)
+    };
     (u128::from(ip) & mask) == (u128::from(Ipv6Addr::from(net)) & mask)
 }
 
@@ -100,16 +108,32 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Refusal> {
         return classify_v4(v4);
     }
     const TABLE: &[([u16; 8], u32, Refusal)] = &[
-        ([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48, Private("local-use NAT64")),
+        (
+            [0x64, 0xff9b, 1, 0, 0, 0, 0, 0],
+            48,
+            Private("local-use NAT64"),
+        ),
         ([0x100, 0, 0, 0, 0, 0, 0, 0], 64, Never("discard-only")),
-        ([0x2001, 0, 0, 0, 0, 0, 0, 0], 32, Never("Teredo (hides an IPv4 address)")),
+        (
+            [0x2001, 0, 0, 0, 0, 0, 0, 0],
+            32,
+            Never("Teredo (hides an IPv4 address)"),
+        ),
         ([0x2001, 0x2, 0, 0, 0, 0, 0, 0], 48, Private("benchmarking")),
         ([0x2001, 0x10, 0, 0, 0, 0, 0, 0], 28, Never("ORCHID")),
         ([0x2001, 0x20, 0, 0, 0, 0, 0, 0], 28, Never("ORCHIDv2")),
-        ([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32, Never("documentation")),
+        (
+            [0x2001, 0xdb8, 0, 0, 0, 0, 0, 0],
+            32,
+            Never("documentation"),
+        ),
         ([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20, Never("documentation")),
         ([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16, Never("segment routing")),
-        ([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7, Private("unique local (fc00::/7)")),
+        (
+            [0xfc00, 0, 0, 0, 0, 0, 0, 0],
+            7,
+            Private("unique local (fc00::/7)"),
+        ),
         ([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10, Private("link-local")),
         ([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10, Private("site-local")),
         ([0xff00, 0, 0, 0, 0, 0, 0, 0], 8, Never("multicast")),
@@ -153,7 +177,11 @@ pub fn check_url(url: &reqwest::Url, allow_private: bool) -> Result<(), String> 
     let Some(host) = url.host_str() else {
         return Err("the URL has no host".into());
     };
-    let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() else {
+    let Ok(ip) = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    else {
         return Ok(());
     };
     check(ip, allow_private).map_err(|r| refusal_message(&ip.to_string(), ip, r))
@@ -173,9 +201,8 @@ impl reqwest::dns::Resolve for CheckedResolver {
         let allow_private = self.allow_private;
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if addrs.is_empty() {
                 return Err(format!("{host} resolves to no address").into());
             }
@@ -277,7 +304,10 @@ mod tests {
         assert!(check_url(&u("http://127.0.0.1/x"), true).is_ok());
         assert!(check_url(&u("http://example.org/x"), false).is_ok());
         let msg = check_url(&u("http://169.254.169.254/latest"), false).unwrap_err();
-        assert!(msg.contains("link-local") && msg.contains("--allow-private-urls"), "{msg}");
+        assert!(
+            msg.contains("link-local") && msg.contains("--allow-private-urls"),
+            "{msg}"
+        );
     }
 
     #[tokio::test]

@@ -71,7 +71,10 @@ fn disk_usage(dir: &Path) -> u64 {
 
 fn one_line(err: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err:?}");
-    assert!(!err.contains('\x1b') && !err.contains('\x07'), "raw escape: {err:?}");
+    assert!(
+        !err.contains('\x1b') && !err.contains('\x07'),
+        "raw escape: {err:?}"
+    );
 }
 
 #[test]
@@ -112,7 +115,10 @@ fn a_file_swapped_for_a_link_while_run_lists_a_directory_is_never_followed() {
             one_line(&run.stderr);
         }
         let leaks = files_containing(&g.home, SECRET.as_bytes());
-        assert!(leaks.is_empty(), "secret copied through a swapped link: {leaks:?}");
+        assert!(
+            leaks.is_empty(),
+            "secret copied through a swapped link: {leaks:?}"
+        );
     }
     stop.store(true, Ordering::SeqCst);
     let _ = swapper.join();
@@ -218,7 +224,16 @@ fn a_loopback_url_is_refused_by_default_with_one_line() {
             secret.base.rsplit(':').next().unwrap()
         ),
     ] {
-        let out = g.output(["run", "--json", "--image", hostile_image(), &url, "--", "exit", "0"]);
+        let out = g.output([
+            "run",
+            "--json",
+            "--image",
+            hostile_image(),
+            &url,
+            "--",
+            "exit",
+            "0",
+        ]);
         assert!(!out.status.success(), "{url} was fetched");
         let err = stderr_text(&out);
         one_line(&err);
@@ -235,11 +250,7 @@ fn with_allow_private_urls_every_redirect_hop_is_recorded_in_the_manifest_and_au
     let target = format!("{}/secret", secret.base);
     let front = serve(Some(target.clone()));
     let first = format!("{}/hop", front.base);
-    let run = hostile(
-        &g,
-        &["--allow-private-urls", &first],
-        &["exit", "0"],
-    );
+    let run = hostile(&g, &["--allow-private-urls", &first], &["exit", "0"]);
     run.assert_status("staged", 0);
     let (shown, code) = g.json(["show", "--json", &run.staged()]);
     assert_eq!(code, 0);
@@ -271,13 +282,25 @@ fn sparse_files_beyond_the_input_cap_are_refused_without_filling_the_disk() {
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(size).unwrap();
         drop(f);
-        let out = g.output(["run", "--json", "--image", hostile_image(), name, "--", "exit", "0"]);
+        let out = g.output([
+            "run",
+            "--json",
+            "--image",
+            hostile_image(),
+            name,
+            "--",
+            "exit",
+            "0",
+        ]);
         assert_eq!(out.status.code(), Some(1), "{name} was taken in");
         let err = stderr_text(&out);
         one_line(&err);
         assert!(err.contains("input cap"), "{err}");
         let used = disk_usage(&g.home);
-        assert!(used < 64 << 20, "{name}: {used} bytes under the state directory");
+        assert!(
+            used < 64 << 20,
+            "{name}: {used} bytes under the state directory"
+        );
         std::fs::remove_file(&path).unwrap();
     }
     g.assert_clean();
@@ -301,7 +324,11 @@ fn a_sparse_file_under_the_cap_keeps_its_holes() {
     let meta = std::fs::metadata(&copy).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(meta.len(), 200 << 20);
-    assert!(meta.blocks() * 512 < 8 << 20, "holes written out: {}", meta.blocks());
+    assert!(
+        meta.blocks() * 512 < 8 << 20,
+        "holes written out: {}",
+        meta.blocks()
+    );
     crate::harness::remove_engine_resources(&g.home);
 }
 
@@ -317,7 +344,10 @@ fn a_sessions_input_copy_is_removed_when_it_ends_unless_kept() {
     let kept = hostile(&g, &["--keep", "doc.txt"], &["exit", "0"]);
     kept.assert_status("staged", 0);
     let input = g.home.join("sessions").join(kept.session()).join("input");
-    assert!(input.join("doc.txt").is_file(), "--keep removed the input copy");
+    assert!(
+        input.join("doc.txt").is_file(),
+        "--keep removed the input copy"
+    );
     crate::harness::remove_engine_resources(&g.home);
 }
 
@@ -362,7 +392,14 @@ fn a_batch_input_whose_parent_folder_holds_an_escape_sequence_is_refused_inertly
     let file = g.file(&format!("{evil}/doc.txt"), "exit 0");
     g.file(&format!("docs/{evil}/doc.txt"), "exit 0");
     for input in [file.display().to_string(), "docs".to_string()] {
-        let out = g.output(["batch", "--image", hostile_image(), &input, "--", "from-input"]);
+        let out = g.output([
+            "batch",
+            "--image",
+            hostile_image(),
+            &input,
+            "--",
+            "from-input",
+        ]);
         assert_eq!(out.status.code(), Some(1), "{input:?}");
         let err = stderr_text(&out);
         one_line(&err);
@@ -371,7 +408,12 @@ fn a_batch_input_whose_parent_folder_holds_an_escape_sequence_is_refused_inertly
             "raw escape on stdout"
         );
     }
-    let out = g.output(["run", "--image", hostile_image(), &file.display().to_string()]);
+    let out = g.output([
+        "run",
+        "--image",
+        hostile_image(),
+        &file.display().to_string(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     one_line(&stderr_text(&out));
     g.assert_clean();
