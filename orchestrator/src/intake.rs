@@ -91,6 +91,7 @@ pub struct FileId {
 
 impl FileId {
     /// The identity in a `stat`.
+    #[allow(clippy::unnecessary_cast)] // the field types differ between targets
     pub fn of(st: &Stat) -> FileId {
         FileId {
             dev: st.st_dev as u64,
