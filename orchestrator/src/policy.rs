@@ -1012,6 +1012,39 @@ mod tests {
     }
 
     #[test]
+    fn the_input_cap_has_a_ceiling_narrows_and_is_only_lowered_by_the_flag() {
+        let mut p = builtin(TrustLevel::Untrusted);
+        assert_eq!(p.input.max_total_bytes, Size(1 << 30));
+        // A project file lowers it and cannot raise it.
+        let eff = with_project(
+            TrustLevel::Untrusted,
+            "levels:\n  untrusted:\n    input:\n      max_total_bytes: 10MiB\n",
+        )
+        .unwrap();
+        assert_eq!(eff.policy.input.max_total_bytes, Size(10 << 20));
+        let err = with_project(
+            TrustLevel::Untrusted,
+            "levels:\n  untrusted:\n    input:\n      max_total_bytes: 2GiB\n",
+        )
+        .unwrap_err();
+        assert!(matches!(err, PolicyError::Widen { .. }), "{err}");
+        // A policy file cannot go past its level's ceiling.
+        let text = include_str!("../../policies/untrusted.yaml")
+            .replace("max_total_bytes: 1GiB", "max_total_bytes: 1TiB");
+        let err = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap_err();
+        assert!(err.to_string().contains("input.max_total_bytes"), "{err}");
+        // The flag only lowers.
+        narrow_input(&mut p, Some(Size(4096))).unwrap();
+        assert_eq!(p.input.max_total_bytes, Size(4096));
+        assert!(narrow_input(&mut p, Some(Size(8192))).is_err());
+        // Policy files from before the field existed still load.
+        let old = include_str!("../../policies/untrusted.yaml")
+            .replace("input:\n  max_total_bytes: 1GiB\n", "");
+        let p = Policy::from_yaml(&old, "old.yaml", TrustLevel::Untrusted).unwrap();
+        assert_eq!(p.input, InputLimits::default());
+    }
+
+    #[test]
     fn locate_finds_nested_keys() {
         let text = "a:\n  b:\n    c: 1\n  d: 2\nb:\n  c: 3\n";
         assert_eq!(locate(text, &["a", "b", "c"]), Some((3, 5)));

@@ -607,7 +607,8 @@ fn inputs_and_the_root_filesystem_are_read_only() {
     ];
     let mut mode = vec!["try-write"];
     mode.extend(targets);
-    let run = hostile(&g, &[input.to_str().unwrap()], &mode);
+    // --keep: the input copy is otherwise removed when the session ends.
+    let run = hostile(&g, &["--keep", input.to_str().unwrap()], &mode);
     run.assert_status("staged", 0);
     assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["writes.json"]);
     let writes = staged_json(&g, &run, "writes.json");
@@ -625,7 +626,7 @@ fn inputs_and_the_root_filesystem_are_read_only() {
     assert_eq!(manifest["inputs"][0]["sha256"], sha256_file(&copy));
     assert_eq!(std::fs::read(&copy).unwrap(), b"evidence");
     witness.assert_unchanged();
-    g.assert_clean();
+    remove_engine_resources(&g.home);
 }
 
 // ------------------------------------------------------------------------------- privileges
