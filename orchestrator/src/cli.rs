@@ -366,7 +366,24 @@ impl WorkerArgs {
 
 /// Parses arguments, runs the command and turns errors into one line and an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A panic's message may quote hostile text: it goes through the gate like everything else.
+    std::panic::set_hook(Box::new(|info| {
+        errln!("golem-orch: internal error: {}", line(&info.to_string()));
+    }));
+    // The argument parser quotes what it refuses (a hostile file name given by a shell glob):
+    // its errors, help and version are rendered too, never printed by clap itself.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                err!("{text}");
+            } else {
+                out!("{text}");
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GOLEM_LOG")

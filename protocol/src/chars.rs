@@ -139,8 +139,8 @@ mod tests {
     #[test]
     fn bidi_controls_are_dangerous() {
         let bidi = [
-            0x061c, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067,
-            0x2068, 0x2069,
+            0x061c, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068,
+            0x2069,
         ];
         for n in bidi {
             assert!(is_dangerous(char::from_u32(n).unwrap()), "{n:#x}");
@@ -150,10 +150,9 @@ mod tests {
     #[test]
     fn invisible_and_look_alike_characters_are_dangerous() {
         let invisible = [
-            0x00ad, 0x034f, 0x115f, 0x1160, 0x17b4, 0x17b5, 0x180b, 0x180e, 0x180f, 0x200b,
-            0x200c, 0x200d, 0x2028, 0x2029, 0x2060, 0x2064, 0x206a, 0x206f, 0x3164, 0xfe00,
-            0xfe0f, 0xfeff, 0xffa0, 0xfff9, 0xfffb, 0x1bca0, 0x1bca3, 0x1d173, 0x1d17a, 0xe0100,
-            0xe01ef,
+            0x00ad, 0x034f, 0x115f, 0x1160, 0x17b4, 0x17b5, 0x180b, 0x180e, 0x180f, 0x200b, 0x200c,
+            0x200d, 0x2028, 0x2029, 0x2060, 0x2064, 0x206a, 0x206f, 0x3164, 0xfe00, 0xfe0f, 0xfeff,
+            0xffa0, 0xfff9, 0xfffb, 0x1bca0, 0x1bca3, 0x1d173, 0x1d17a, 0xe0100, 0xe01ef,
         ];
         for n in invisible {
             assert!(is_dangerous(char::from_u32(n).unwrap()), "{n:#x}");
@@ -180,7 +179,9 @@ mod tests {
                     emoji 🎉 math ∑ space\u{a0}nbsp ~!@#$%^&*()_+-=[]{}|;':\",./<>?\\`";
         assert_eq!(first_dangerous(text), None);
         // The neighbours of the ranges stay ordinary.
-        for c in ['\u{a0}', '\u{ae}', '\u{2027}', '\u{2030}', '\u{3163}', '\u{3165}', '\u{fdcf}'] {
+        for c in [
+            '\u{a0}', '\u{ae}', '\u{2027}', '\u{2030}', '\u{3163}', '\u{3165}', '\u{fdcf}',
+        ] {
             assert!(!is_dangerous(c), "{c:?}");
         }
     }

@@ -262,3 +262,24 @@ fn a_worker_printing_escape_sequences_cannot_reach_the_terminal_through_its_logs
     assert_output_inert("logs of an edited logs file", &logs);
     g.assert_clean();
 }
+
+#[test]
+fn arguments_the_command_line_parser_refuses_are_echoed_inert() {
+    // `golem-orch batch *` in a folder of hostile files: a name the argument parser refuses (an
+    // unknown subcommand, a flag, a bad value) is quoted back in its error.
+    let g = Golem::new();
+    for args in [
+        vec![EVIL],
+        vec!["run", "--trust", EVIL],
+        vec!["batch", &format!("--{EVIL}")],
+        vec!["show", "--json", EVIL, "extra"],
+    ] {
+        let out = g.output(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: usage error");
+        assert_output_inert(&format!("{args:?}"), &out);
+    }
+    // Help still prints, on stdout, exit 0.
+    let out = g.output(["--help"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
+}
