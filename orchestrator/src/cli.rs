@@ -1,9 +1,12 @@
 //! Command-line interface: argument parsing, human and `--json` output, exit codes.
 //!
 //! This is the binary's edge: library errors become one `golem-orch: ...` line on stderr and a
-//! non-zero exit code here, and nowhere else.
+//! non-zero exit code here, and nowhere else. Everything it prints goes through the rendering
+//! gate (`golem_orch::render`, by the macros below), and every value from a file, a path, an
+//! engine object, a container or a URL is passed through `render::line` first so that it also
+//! stays on its own line.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -15,6 +18,7 @@ use golem_orch::audit::Audit;
 use golem_orch::home::{self, Home};
 use golem_orch::intake::{self, IntakeLimits};
 use golem_orch::policy::{self, TrustLevel};
+use golem_orch::render::{self, line};
 use golem_orch::session::{self, RunOptions, SessionStatus};
 use golem_orch::stage::Stage;
 use golem_orch::units::{Limit, Size};
@@ -35,32 +39,33 @@ fn one_line(e: &anyhow::Error) -> String {
     msg.replace(['\n', '\r'], " ")
 }
 
-/// Writes a line to stdout; a closed pipe (`golem-orch ... | head`) ends the process quietly,
-/// as it does for any Unix tool, instead of a panic.
+/// Writes a line to stdout through the rendering gate (rendered inert); a closed pipe
+/// (`golem-orch ... | head`) ends the process quietly, as it does for any Unix tool.
 macro_rules! outln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
-            exit_on_closed_pipe(&e);
-        }
-    }};
+    ($($arg:tt)*) => {
+        render::outln(format_args!($($arg)*))
+    };
 }
 
 /// [`outln!`] without the newline.
 macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
-            exit_on_closed_pipe(&e);
-        }
-    }};
+    ($($arg:tt)*) => {
+        render::out(format_args!($($arg)*))
+    };
 }
 
-/// Exits with the conventional status of a process killed by SIGPIPE.
-fn exit_on_closed_pipe(e: &std::io::Error) {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(141);
-    }
+/// Writes a line to stderr through the rendering gate.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        render::errln(format_args!($($arg)*))
+    };
+}
+
+/// [`errln!`] without the newline.
+macro_rules! err {
+    ($($arg:tt)*) => {
+        render::err(format_args!($($arg)*))
+    };
 }
 
 const AFTER_HELP: &str = "\
@@ -387,13 +392,31 @@ impl WorkerArgs {
 
 /// Parses arguments, runs the command and turns errors into one line and an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A panic's message may quote hostile text: it goes through the gate like everything else.
+    std::panic::set_hook(Box::new(|info| {
+        errln!("golem-orch: internal error: {}", line(&info.to_string()));
+    }));
+    // The argument parser quotes what it refuses (a hostile file name given by a shell glob):
+    // its errors, help and version are rendered too, never printed by clap itself.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                err!("{text}");
+            } else {
+                out!("{text}");
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GOLEM_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(render::LogWriter)
+        .with_ansi(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -401,15 +424,16 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("golem-orch: cannot start the async runtime: {e}");
+            errln!("golem-orch: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the chain joined, newlines flattened so nothing a server sent can forge lines.
-            eprintln!("golem-orch: {}", one_line(&e));
+            // One line: the chain joined, newlines flattened so nothing a server sent can forge
+            // lines, and rendered so nothing a file or a server sent can drive the terminal.
+            errln!("golem-orch: {}", line(&one_line(&e)));
             ExitCode::FAILURE
         }
     }
@@ -469,15 +493,9 @@ fn project_file() -> Option<PathBuf> {
         .and_then(|d| policy::find_project_file(&d))
 }
 
+/// Prints `value` as pretty JSON whose bytes are inert on a terminal (`render::json`).
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    let written = serde_json::to_writer_pretty(&mut out, value)
-        .map_err(std::io::Error::from)
-        .and_then(|()| writeln!(out));
-    if let Err(e) = written {
-        exit_on_closed_pipe(&e);
-        return Err(e.into());
-    }
+    render::print_json(value)?;
     Ok(())
 }
 
@@ -585,8 +603,8 @@ async fn run(
     }
     // Scripts read stdout; a person should still see what went wrong, on one line.
     if let Some(e) = &outcome.error {
-        let e = e.replace(['\n', '\r'], " ");
-        eprintln!(
+        let e = line(&e.replace(['\n', '\r'], " "));
+        errln!(
             "golem-orch: session {} {}: {e}",
             home::short(&outcome.session),
             outcome.status.as_str()
@@ -676,7 +694,7 @@ async fn batch_cmd(
     }
     let images = session::resolve_images(&docker, &template).await?;
     let pending = record.documents.iter().filter(|d| d.needs_run()).count();
-    eprintln!(
+    errln!(
         "batch {}: {} document(s) to run, {} at a time",
         home::short(&record.id),
         pending,
@@ -726,8 +744,8 @@ async fn batch_cmd(
             outln!(
                 "  {:<9} {}  {}",
                 d.status.as_str(),
-                d.source,
-                d.error.as_deref().unwrap_or("")
+                line(&d.source),
+                line(d.error.as_deref().unwrap_or(""))
             );
         }
         if let Some(staged) = &record.staged {
@@ -753,59 +771,42 @@ async fn batch_cmd(
     }))
 }
 
-/// Progress for a batch: a bar on a terminal, one line per finished document otherwise.
+/// Progress for a batch: a bar on a terminal, one line per finished document otherwise; both
+/// through the rendering gate (`render::Progress` renders every message and line).
 struct BatchProgress {
-    bar: Option<indicatif::ProgressBar>,
+    bar: render::Progress,
 }
 
 impl BatchProgress {
     fn new(total: usize, done: usize) -> BatchProgress {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(total as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:30} {pos}/{len} documents  {per_sec}  eta {eta}  {msg}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar.set_position(done as u64);
-            bar
-        });
-        BatchProgress { bar }
+        BatchProgress {
+            bar: render::Progress::new(total, done),
+        }
     }
 
     fn done(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
+        self.bar.finish();
     }
 }
 
 impl golem_orch::batch::Progress for BatchProgress {
     fn started(&self, doc: &golem_orch::batch::Document) {
-        if let Some(bar) = &self.bar {
-            bar.set_message(golem_orch::container::neutralise(&doc.folder));
-        }
+        self.bar.set_message(&doc.folder);
     }
 
     fn finished(&self, doc: &golem_orch::batch::Document, done: usize, total: usize) {
-        let line = format!(
+        let text = format!(
             "[{done}/{total}] {:<9} {}{}",
             doc.status.as_str(),
-            golem_orch::container::neutralise(&doc.source),
+            line(&doc.source),
             doc.error
                 .as_deref()
-                .map(|e| format!("  ({})", e.replace(['\n', '\r'], " ")))
+                .map(|e| format!("  ({})", line(&e.replace(['\n', '\r'], " "))))
                 .unwrap_or_default()
         );
-        match &self.bar {
-            Some(bar) => {
-                bar.set_position(done as u64);
-                if doc.status != golem_orch::batch::DocStatus::Staged {
-                    bar.println(line);
-                }
-            }
-            None => eprintln!("{line}"),
+        self.bar.set_position(done);
+        if !self.bar.is_bar() || doc.status != golem_orch::batch::DocStatus::Staged {
+            self.bar.println(&text);
         }
     }
 }
@@ -847,7 +848,7 @@ fn dry_run(home_arg: Option<&Path>, opts: &RunOptions, json: bool) -> Result<Exi
     } else {
         outln!("dry run: nothing was created\ninputs");
         for i in &inputs {
-            outln!("  {i}");
+            outln!("  {}", line(i));
         }
         out!("{plan}");
     }
@@ -900,7 +901,7 @@ fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
         let source = r
             .inputs
             .first()
-            .map(|i| i.source.clone())
+            .map(|i| line(&i.source))
             .unwrap_or_default();
         outln!(
             "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  {}",
@@ -921,10 +922,11 @@ fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
 fn logs(home: &Home, id: &str) -> Result<ExitCode> {
     let id = home::resolve_id(&home.sessions_dir(), id, "session")?;
     let path = home.session_dir(&id).join(session::LOGS);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => out!("{text}"),
+    // Escaped again when printed: never trust that the file on disk is what was written.
+    match std::fs::read(&path) {
+        Ok(raw) => out!("{}", render::block_bytes(&raw)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!(
+            errln!(
                 "session {} has no logs (its worker never ran)",
                 home::short(&id)
             )
@@ -968,7 +970,7 @@ fn staged(home: &Home, json: bool) -> Result<ExitCode> {
             human_bytes(s.bytes),
             s.rejected,
             s.trust_level.as_str(),
-            s.source
+            line(&s.source)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -986,12 +988,13 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    outln!("staged   {}  ({})", m.id, status.word());
-    outln!("session  {}", m.session);
-    outln!("created  {}", m.created_at);
+    outln!("staged   {}  ({})", line(&m.id), status.word());
+    outln!("session  {}", line(&m.session));
+    outln!("created  {}", line(&m.created_at));
     outln!("trust    {}", m.trust_level);
-    outln!("image    {}  ({})", m.image, m.image_id);
-    outln!("command  {}", m.command.join(" "));
+    outln!("image    {}  ({})", line(&m.image), line(&m.image_id));
+    let command: Vec<String> = m.command.iter().map(|a| line(a)).collect();
+    outln!("command  {}", command.join(" "));
     outln!(
         "exit     {}",
         m.exit_code
@@ -1000,7 +1003,7 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     );
     outln!(
         "files in {}",
-        stage.dir(&id).join(golem_orch::stage::FILES).display()
+        render::path(&stage.dir(&id).join(golem_orch::stage::FILES))
     );
     outln!("\ninputs ({})", m.inputs.len());
     for i in &m.inputs {
@@ -1008,8 +1011,8 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             "  {}  {:>9}  {}  <- {}",
             short_hash(&i.sha256),
             human_bytes(i.size),
-            i.name,
-            i.source
+            line(&i.name),
+            line(&i.source)
         );
         if i.hops.len() > 1 {
             outln!("      redirected: {}", i.hops.join(" -> "));
@@ -1021,13 +1024,13 @@ fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             "  {}  {:>9}  {}",
             short_hash(&f.sha256),
             human_bytes(f.size),
-            f.path
+            line(&f.path)
         );
     }
     let rejected = m.rejected.len() as u64 + m.rejected_omitted;
     outln!("\nrejected ({rejected})");
     for r in &m.rejected {
-        outln!("  {}: {}", r.path, r.reason);
+        outln!("  {}: {}", line(&r.path), line(&r.reason));
     }
     if m.rejected_omitted > 0 {
         outln!(
@@ -1055,7 +1058,7 @@ fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::targe
 }
 
 fn color_wanted() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    render::stdout_is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
 fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
@@ -1068,7 +1071,9 @@ fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
             &json!({ "staged": id, "repo": target.path, "branch": target.branch, "files": diffs }),
         )?;
     } else {
-        out!("{}", golem_orch::diff::render(&diffs, color_wanted()));
+        // Colours are golem-orch's own, added after the content was rendered; the gate keeps
+        // exactly those and escapes anything else.
+        render::out_coloured(&golem_orch::diff::render(&diffs, color_wanted()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1076,14 +1081,14 @@ fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
 /// Prints what a push would do: target, branch, and each file with A/M and its size.
 fn print_proposal(p: &golem_orch::push::Proposal) {
     let branch = if p.new_branch {
-        format!("{} (new, from HEAD)", p.branch)
+        format!("{} (new, from HEAD)", line(&p.branch))
     } else {
-        p.branch.clone()
+        line(&p.branch)
     };
-    eprintln!(
+    errln!(
         "push {} into {} on branch {branch}",
-        home::short(&p.staged),
-        p.repo
+        line(home::short(&p.staged)),
+        line(&p.repo)
     );
     for f in &p.files {
         let (added, removed) = golem_orch::diff::line_counts(f);
@@ -1091,17 +1096,18 @@ fn print_proposal(p: &golem_orch::push::Proposal) {
             golem_orch::diff::Change::Unchanged => "unchanged, skipped".to_string(),
             _ => format!("+{added} -{removed}"),
         };
-        eprintln!(
+        errln!(
             "  {}  {:<40}  {:>9}  {note}",
             f.change.mark(),
-            f.path,
+            line(&f.path),
             human_bytes(f.size)
         );
     }
     if !p.conflicts.is_empty() {
-        eprintln!(
+        let conflicts: Vec<String> = p.conflicts.iter().map(|c| line(c)).collect();
+        errln!(
             "  conflicts (changed on the branch since the session started): {}",
-            p.conflicts.join(", ")
+            conflicts.join(", ")
         );
     }
 }
@@ -1111,8 +1117,7 @@ fn ask(question: &str) -> Option<String> {
     if !std::io::stdin().is_terminal() {
         return None;
     }
-    eprint!("{question}");
-    let _ = std::io::stderr().flush();
+    err!("{question}");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).ok()?;
     Some(line.trim().to_ascii_lowercase())
@@ -1138,13 +1143,13 @@ fn push_cmd(
         loop {
             match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
                 None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),
-                Some("d" | "diff") => eprint!(
-                    "{}",
-                    golem_orch::diff::render(&proposal.files, std::io::stderr().is_terminal())
-                ),
+                Some("d" | "diff") => render::err_coloured(&golem_orch::diff::render(
+                    &proposal.files,
+                    render::stderr_is_terminal(),
+                )),
                 Some("y" | "yes") => break,
                 Some(_) => {
-                    eprintln!("not pushed; the staged commit stays pending");
+                    errln!("not pushed; the staged commit stays pending");
                     return Ok(ExitCode::FAILURE);
                 }
             }
@@ -1168,11 +1173,11 @@ fn push_cmd(
         outln!(
             "pushed {} as {} on {}{recovered}",
             home::short(&id),
-            &pushed.commit[..12.min(pushed.commit.len())],
-            pushed.branch
+            line(pushed.commit.get(..12).unwrap_or(&pushed.commit)),
+            line(&pushed.branch)
         );
         if let Some(r) = &pushed.remote {
-            outln!("  and to remote {r}");
+            outln!("  and to remote {}", line(r));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1193,7 +1198,7 @@ fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode>
             None => bail!("discard needs a person's consent: run it on a terminal, or pass --yes"),
             Some("y" | "yes") => {}
             Some(_) => {
-                eprintln!("kept");
+                errln!("kept");
                 return Ok(ExitCode::FAILURE);
             }
         }
@@ -1229,10 +1234,10 @@ fn workers_cmd(json: bool) -> Result<ExitCode> {
     for d in defs {
         outln!(
             "{:<12}  {:<9}  {:<16}  {}",
-            d.name,
+            line(&d.name),
             d.trust.as_str(),
-            d.image,
-            d.description
+            line(&d.image),
+            line(&d.description)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -1244,7 +1249,7 @@ async fn image_build(json: bool) -> Result<ExitCode> {
     if json {
         print_json(&json!({ "image": tag, "id": id }))?;
     } else {
-        outln!("built {tag} ({id})");
+        outln!("built {} ({})", line(&tag), line(&id));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1256,7 +1261,7 @@ fn policy_show(policy_dir: Option<&Path>, level: TrustLevel, json: bool) -> Resu
     } else {
         outln!(
             "# effective {level} policy, from: {}",
-            effective.sources.join(" + ")
+            line(&effective.sources.join(" + "))
         );
         out!("{}", serde_yaml::to_string(&effective.policy)?);
     }
@@ -1330,7 +1335,7 @@ async fn doctor(
                 "{:<4}  {:<16}  {}",
                 if *ok { "ok" } else { "FAIL" },
                 name,
-                detail
+                line(detail)
             );
         }
     }
@@ -1363,7 +1368,7 @@ async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
             );
         }
         for e in &report.errors {
-            outln!("  could not remove {e}");
+            outln!("  could not remove {}", line(e));
         }
     }
     Ok(if report.errors.is_empty() {
@@ -1397,16 +1402,18 @@ fn audit(home: &Home, session: Option<String>, verify: bool, json: bool) -> Resu
         print_json(&records)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let color = color_wanted();
     for r in records {
-        let session = r.session.as_deref().map(home::short).unwrap_or("-");
-        let data = golem_orch::container::neutralise(&compact(&r.data));
-        let event = if color && (r.event.contains("rejected") || r.event.contains("failed")) {
-            format!("\x1b[31m{:<22}\x1b[0m", r.event)
+        let session = line(r.session.as_deref().map(home::short).unwrap_or("-"));
+        let data = line(&compact(&r.data));
+        let event = format!("{:<22}", line(&r.event));
+        let text = format!("{}  {:<12}  ", line(&r.ts), session);
+        if color && (r.event.contains("rejected") || r.event.contains("failed")) {
+            let event = render::paint(render::Colour::Red, &event);
+            render::out_coloured(&format!("{text}{event}  {data}\n"));
         } else {
-            format!("{:<22}", r.event)
-        };
-        outln!("{}  {:<12}  {event}  {data}", r.ts, session);
+            outln!("{text}{event}  {data}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

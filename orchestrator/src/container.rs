@@ -331,18 +331,11 @@ impl LogBuffer {
     }
 }
 
-/// Escapes control characters other than newline and tab, and bidi overrides.
+/// Escapes every dangerous character (`golem_protocol::chars`: controls, bidi, invisible and tag
+/// characters) other than newline and tab: the logs are the worker's words, kept readable and
+/// made inert when written (and again by `golem-orch logs` when printed, see `render`).
 pub fn neutralise(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = ('\u{202a}'..='\u{202e}').contains(&c) || ('\u{2066}'..='\u{2069}').contains(&c);
-        if (c.is_control() && c != '\n' && c != '\t') || bidi {
-            out.push_str(&c.escape_unicode().to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::render::block(text)
 }
 
 /// Removes every tracked container with its anonymous volumes.
@@ -513,8 +506,8 @@ mod tests {
     #[test]
     fn control_characters_in_logs_are_made_visible() {
         assert_eq!(
-            neutralise("ok\n\x1b[31mred\ttab\u{202e}"),
-            "ok\n\\u{1b}[31mred\ttab\\u{202e}"
+            neutralise("ok\n\x1b[31mred\ttab\u{202e}\u{e0041}\u{3164}"),
+            "ok\n\\u{1b}[31mred\ttab\\u{202e}\\u{e0041}\\u{3164}"
         );
     }
 }

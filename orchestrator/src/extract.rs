@@ -528,22 +528,13 @@ fn check_root_entry<R: Read>(entry: &Entry<'_, R>, root: &str) -> Result<(), Ext
 // Name validation
 // ---------------------------------------------------------------------------
 
-/// Characters never accepted in a name: C0/C1 controls (incl. NUL, `\n`,
-/// `\r`, `\t`, DEL), bidi overrides/isolates/marks, line/paragraph
-/// separators and invisible formatting characters (the latter are also
-/// ignored by HFS+, so `.g\u{200c}it` would alias `.git` there).
+/// Characters never accepted in a name: the one shared set, `golem_protocol::chars` (C0/C1
+/// controls incl. NUL, `\n`, `\r`, `\t`, DEL; bidi overrides, isolates and marks; line and
+/// paragraph separators; zero-width, format and other default-ignorable characters such as tag
+/// characters U+E0000–U+E007F and the Hangul filler U+3164; noncharacters). Invisible ones would
+/// make a name look like another (`.g\u{200c}it` aliases `.git` on HFS+, which ignores them).
 fn is_forbidden_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{206F}'
-                | '\u{FEFF}'
-                | '\u{FFF9}'..='\u{FFFB}'
-        )
+    golem_protocol::chars::is_dangerous(c)
 }
 
 /// Escape hostile bytes for inclusion in reports and error messages.
@@ -597,7 +588,7 @@ fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
         if c == '\0' {
             return Err("NUL byte in name".to_string());
         }
-        if c.is_control() {
+        if golem_protocol::chars::is_control(c) {
             return Err(format!("control character U+{:04X} in name", c as u32));
         }
         if is_forbidden_char(c) {
@@ -1565,7 +1556,22 @@ mod tests {
     #[test]
     fn bidi_and_invisible_characters_rejected() {
         for c in [
-            '\u{202E}', '\u{2066}', '\u{200F}', '\u{200C}', '\u{FEFF}', '\u{2028}',
+            '\u{202E}',
+            '\u{2066}',
+            '\u{200F}',
+            '\u{200C}',
+            '\u{FEFF}',
+            '\u{2028}',
+            // Tag characters hide whole words; U+3164 looks like a space; U+FE0F, U+E0100 vary.
+            '\u{E0001}',
+            '\u{E0041}',
+            '\u{E007F}',
+            '\u{3164}',
+            '\u{FFA0}',
+            '\u{FE0F}',
+            '\u{E0100}',
+            '\u{115F}',
+            '\u{00AD}',
         ] {
             let name = format!("output/invoice{c}txt.exe");
             let a = Raw::with_root().file(name.as_bytes(), b"x").finish();

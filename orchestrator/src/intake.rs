@@ -197,46 +197,9 @@ pub enum IntakeError {
 /// Deepest directory nesting intake follows (each level holds one open fd).
 pub const MAX_DEPTH: usize = 128;
 
-/// Whether a character must never reach a name in a report: C0/C1 controls, bidi controls and
-/// marks, invisible and format characters, tag characters (U+E0000–E007F) and the Hangul
-/// fillers that render as blanks. (The lead merges this with the shared rendering gate's set.)
-pub fn is_dangerous_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{034F}'
-                | '\u{061C}'
-                | '\u{115F}'
-                | '\u{1160}'
-                | '\u{17B4}'
-                | '\u{17B5}'
-                | '\u{180B}'..='\u{180F}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{206F}'
-                | '\u{3164}'
-                | '\u{FEFF}'
-                | '\u{FFA0}'
-                | '\u{FFF0}'..='\u{FFFB}'
-                | '\u{E0000}'..='\u{E0FFF}'
-        )
-}
-
-/// A path as an inert one-line string: dangerous characters and invalid UTF-8 become escapes.
+/// A path as an inert one-line string, through the one rendering gate.
 pub fn shown(path: &Path) -> String {
-    let lossy = String::from_utf8_lossy(path.as_os_str().as_bytes());
-    let mut out = String::with_capacity(lossy.len());
-    for c in lossy.chars() {
-        if c == '\\' {
-            out.push_str("\\\\");
-        } else if is_dangerous_char(c) || c == '\u{FFFD}' {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::render::path(path)
 }
 
 /// Classifies the arguments without touching the network, so bad input fails before a session exists.
@@ -613,7 +576,7 @@ fn check_name_text(name: &OsStr, path: &Path) -> Result<String, IntakeError> {
     let s = name
         .to_str()
         .ok_or_else(|| IntakeError::BadName(shown(path)))?;
-    if s.is_empty() || s.chars().any(is_dangerous_char) {
+    if s.is_empty() || s.chars().any(golem_protocol::chars::is_dangerous) {
         return Err(IntakeError::BadName(shown(path)));
     }
     Ok(s.to_string())
@@ -1252,7 +1215,10 @@ mod tests {
             let err = classify(&[dir.join("doc.txt").display().to_string()]).unwrap_err();
             assert!(matches!(err, IntakeError::BadName(_)), "{evil:?}: {err}");
             let line = err.to_string();
-            assert!(!line.chars().any(is_dangerous_char), "{line:?}");
+            assert!(
+                !line.chars().any(golem_protocol::chars::is_dangerous),
+                "{line:?}"
+            );
         }
         let link = src.path().join("link.txt");
         std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();

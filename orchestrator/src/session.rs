@@ -842,7 +842,7 @@ async fn failpoint(name: &str) {
     if point != name {
         return;
     }
-    eprintln!("golem-orch: failpoint {name} reached");
+    crate::render::errln(format_args!("golem-orch: failpoint {name} reached"));
     match until {
         Some(path) => {
             let give_up = tokio::time::Instant::now() + Duration::from_secs(600);

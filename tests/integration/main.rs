@@ -13,4 +13,5 @@ mod harness;
 mod intake_races;
 mod policy_narrowing;
 mod session;
+mod terminal;
 mod workers;

@@ -64,6 +64,9 @@ modes:
   forge-archive       attack the init that streams /output: write a forged tar to stdout, try
                       /proc/1/fd/1 and /proc/1/mem, signal PID 1, and leave a detached process
                       rewriting /output/late.txt after the worker exits
+  say TEXT...         print each TEXT raw (escape sequences and all) to stdout and stderr, and
+                      write /output/ok.txt: a worker attacking the terminal of whoever reads
+                      its logs
 environment: HOSTILE_OUTPUT_DIR (default /output), HOSTILE_INPUT_DIR (default /input),
   HOSTILE_WORKER_ALLOW_HOST=1 to run the dangerous modes outside a container.
 ";
@@ -153,6 +156,7 @@ fn main() -> ExitCode {
         ("try-read", Some(_)) => try_read(&args[1..]),
         ("procs", None) => procs(),
         ("forge-archive", None) => forge_archive(),
+        ("say", Some(_)) => say(&args[1..]),
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
             println!("exec-ok");
@@ -1494,6 +1498,23 @@ fn procs() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("hostile-worker: cannot write procs.json: {e}");
+            1
+        }
+    }
+}
+
+/// Prints every argument raw to stdout and stderr: terminal escape sequences, bidi overrides, tag
+/// characters. What reaches the logs, and a person's terminal through `golem-orch logs`, is up
+/// to the host.
+fn say(texts: &[String]) -> i32 {
+    for text in texts {
+        println!("{text}");
+        eprintln!("{text}");
+    }
+    match fs::write(output_dir().join("ok.txt"), "said\n") {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hostile-worker: cannot write ok.txt: {e}");
             1
         }
     }
