@@ -274,7 +274,7 @@ pub fn dir(home: &Home) -> std::path::PathBuf {
 /// Loads a batch record by id or unique prefix.
 pub fn load(home: &Home, id: &str) -> Result<Record, BatchError> {
     let d = dir(home);
-    std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
+    home::create_private_dir_all(&d).map_err(|e| record_err(&d, e))?;
     let full = home::resolve_id_in(&d, id, "batch record", ".json")?;
     let path = d.join(format!("{full}.json"));
     let text = std::fs::read(&path).map_err(|e| record_err(&path, e))?;
@@ -290,7 +290,7 @@ fn record_err(path: &Path, e: impl std::fmt::Display) -> BatchError {
 
 fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
     let d = dir(home);
-    std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
+    home::create_private_dir_all(&d).map_err(|e| record_err(&d, e))?;
     let path = d.join(format!("{}.json", record.id));
     let json = serde_json::to_vec_pretty(record).map_err(|e| record_err(&path, e))?;
     write_atomic(&path, &json).map_err(|e| record_err(&path, e))
