@@ -12,4 +12,5 @@ mod documents;
 mod harness;
 mod policy_narrowing;
 mod session;
+mod state_dir;
 mod workers;
