@@ -298,14 +298,25 @@ impl Audit {
     /// The manifest hash audited when staged commit `id` was staged (by a session or a batch
     /// merge), read from a log whose chain and MACs all verify; `None` if it was never staged.
     pub fn staged_manifest_sha256(&self, id: &str) -> Result<Option<String>, AuditError> {
+        Ok(self.staged_manifest_hashes()?.remove(id))
+    }
+
+    /// Every staged commit's audited manifest hash (the latest record wins), from one read of
+    /// a log whose chain and MACs all verify: for checking many staged commits at once.
+    pub fn staged_manifest_hashes(
+        &self,
+    ) -> Result<std::collections::HashMap<String, String>, AuditError> {
         Ok(self
             .read_verified()?
             .into_iter()
-            .rev()
-            .find(|r| {
-                (r.event == "session.staged" || r.event == "batch.staged") && r.data["staged"] == id
+            .filter(|r| r.event == "session.staged" || r.event == "batch.staged")
+            .filter_map(|r| {
+                Some((
+                    r.data["staged"].as_str()?.to_string(),
+                    r.data["manifest_sha256"].as_str()?.to_string(),
+                ))
             })
-            .and_then(|r| r.data["manifest_sha256"].as_str().map(str::to_string)))
+            .collect())
     }
 }
 

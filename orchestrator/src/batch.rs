@@ -586,7 +586,18 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     let mut rejected: Vec<Rejected> = Vec::new();
     let mut omitted = 0u64;
     let mut first: Option<Manifest> = None;
+    // Each part must be anchored like a push would require: a staging record with a valid MAC
+    // in an intact chain, matching its manifest. Otherwise a forged part (or a batch record
+    // pointing at one) would be laundered into a genuinely audited combined commit.
+    let anchored = audit.staged_manifest_hashes()?;
     for (folder, staged) in &parts {
+        if anchored.get(staged) != Some(&stage::manifest_sha256(&stage, staged)?) {
+            return Err(StageError::Tampered {
+                id: staged.clone(),
+                what: "its manifest does not match a verified audit record of staging it".into(),
+            }
+            .into());
+        }
         let m = stage.manifest(staged)?;
         stage.verify_layout(staged, &m)?;
         for f in &m.files {
