@@ -591,14 +591,14 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     // pointing at one) would be laundered into a genuinely audited combined commit.
     let anchored = audit.staged_manifest_hashes()?;
     for (folder, staged) in &parts {
-        if anchored.get(staged) != Some(&stage::manifest_sha256(&stage, staged)?) {
+        let (m, sha256) = stage.manifest_with_sha256(staged)?;
+        if anchored.get(staged) != Some(&sha256) {
             return Err(StageError::Tampered {
                 id: staged.clone(),
                 what: "its manifest does not match a verified audit record of staging it".into(),
             }
             .into());
         }
-        let m = stage.manifest(staged)?;
         stage.verify_layout(staged, &m)?;
         for f in &m.files {
             let data = stage.read_verified(staged, f)?;

@@ -303,6 +303,21 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StageErro
     })
 }
 
+impl Stage {
+    /// Reads a manifest and the sha256 of exactly the bytes parsed, so a manifest checked
+    /// against its audited hash is the manifest used (no second read to swap it under).
+    pub fn manifest_with_sha256(&self, id: &str) -> Result<(Manifest, String), StageError> {
+        use sha2::{Digest, Sha256};
+        let path = self.dir(id).join(MANIFEST);
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let manifest = serde_json::from_slice(&bytes).map_err(|e| StageError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Ok((manifest, hex::encode(Sha256::digest(&bytes))))
+    }
+}
+
 /// sha256 of a manifest's bytes, recorded in the audit log when staged and checked before a push.
 pub fn manifest_sha256(stage: &Stage, id: &str) -> Result<String, StageError> {
     use sha2::{Digest, Sha256};
