@@ -257,3 +257,71 @@ fn mark_failed(home: &Home, id: &str) -> bool {
     );
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn as_map(labels: std::collections::BTreeMap<String, String>) -> HashMap<String, String> {
+        labels.into_iter().collect()
+    }
+
+    #[test]
+    fn only_labels_made_with_the_named_homes_token_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(Some(&dir.path().join("a"))).unwrap();
+        let other = Home::open(Some(&dir.path().join("b"))).unwrap();
+        let id = crate::home::new_id();
+        let ours = as_map(session::labels(&home, &id, &Owner::current()));
+        let mut tokens = Tokens::default();
+        assert!(tokens.created_here(&ours));
+
+        // An image can copy every other label, but not compute the token's.
+        let mut copied = ours.clone();
+        copied.remove(LABEL_TOKEN);
+        assert!(!tokens.created_here(&copied));
+        let mut guessed = ours.clone();
+        guessed.insert(LABEL_TOKEN.into(), "0".repeat(64));
+        assert!(!tokens.created_here(&guessed));
+        // A real tag moved to another session or another home proves nothing there.
+        let mut moved = ours.clone();
+        moved.insert(LABEL_SESSION.into(), crate::home::new_id());
+        assert!(!tokens.created_here(&moved));
+        let mut elsewhere = ours.clone();
+        elsewhere.insert(LABEL_HOME.into(), other.root().display().to_string());
+        assert!(!tokens.created_here(&elsewhere));
+        // A home without a token (or none at all) is nobody's.
+        let mut nowhere = ours;
+        nowhere.insert(
+            LABEL_HOME.into(),
+            dir.path().join("c").display().to_string(),
+        );
+        assert!(!tokens.created_here(&nowhere));
+    }
+
+    #[test]
+    fn a_live_sessions_record_is_never_marked_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(Some(dir.path())).unwrap();
+        let mut record: session::Record = serde_json::from_value(json!({
+            "id": "0123456789abcdef0123456789abcdef", "created_at": "t", "updated_at": "t",
+            "status": "running", "trust_level": "untrusted", "image": "i", "command": [],
+            "owner": Owner::current().to_string(), "inputs": [], "exit": serde_json::to_value(container::Exit::default()).unwrap(),
+            "staged": null, "files": 0, "bytes": 0, "rejected": 0, "error": null, "kept": false
+        }))
+        .unwrap();
+        std::fs::create_dir(home.session_dir(&record.id)).unwrap();
+        session::save(&home, &record).unwrap();
+        assert!(
+            !mark_failed(&home, &record.id),
+            "a live owner's record changed"
+        );
+        record.owner = "old-boot:1:1:1".into();
+        session::save(&home, &record).unwrap();
+        assert!(mark_failed(&home, &record.id));
+        assert_eq!(
+            session::load(&home, &record.id).unwrap().status,
+            SessionStatus::Failed
+        );
+    }
+}

@@ -376,6 +376,67 @@ mod tests {
     }
 
     #[test]
+    fn a_new_state_directory_is_private_and_an_unsafe_one_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("a/.golem");
+        let home = Home::open(Some(&root)).unwrap();
+        for d in [
+            home.root().to_path_buf(),
+            home.sessions_dir(),
+            home.staged_dir(),
+        ] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        assert_eq!(mode(&home.token_path()), 0o600);
+        let tag = home.tag("s").unwrap();
+        assert_eq!(Home::open(Some(&root)).unwrap().tag("s").unwrap(), tag);
+        assert_ne!(home.tag("t").unwrap(), tag);
+        assert!(Home::peek(Some(&root)).tag("s").is_none());
+
+        // Older, wider modes of the user's own entries are tightened...
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Home::open(Some(&root)).unwrap();
+        assert_eq!(mode(&root), 0o700);
+        // ...but anything others can write is refused, and so is a link.
+        for bad in [0o777, 0o770, 0o722] {
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(bad)).unwrap();
+            let err = Home::open(Some(&root)).unwrap_err();
+            assert!(matches!(err, HomeError::Unsafe { .. }), "{err}");
+            assert_eq!(err.to_string().lines().count(), 1);
+        }
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let staged = home.staged_dir();
+        std::fs::remove_dir(&staged).unwrap();
+        std::os::unix::fs::symlink(dir.path(), &staged).unwrap();
+        assert!(matches!(
+            Home::open(Some(&root)),
+            Err(HomeError::Unsafe { .. })
+        ));
+    }
+
+    #[test]
+    fn private_files_are_0600_even_when_they_existed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("logs.txt");
+        std::fs::write(&p, "old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        write_private(&p, b"new").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        write_atomic(&p, b"newer").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
     fn atomic_writes_replace_whole_files() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.json");
