@@ -7,7 +7,7 @@
 //! Labels can come from an image (`LABEL golem.managed=true ...`), so none of them is believed
 //! alone: a resource counts as golem-orch's only when its `golem.token` label is the HMAC of
 //! its session id under the secret token of the state directory its `golem.home` label names
-//! ([`created_here`]). And a session's record is only marked failed when the record's own
+//! (`Tokens::created_here`). And a session's record is only marked failed when the record's own
 //! owner is dead, whatever a label says.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
