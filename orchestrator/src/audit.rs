@@ -4,6 +4,13 @@
 //! under an exclusive `flock` so concurrent sessions never interleave, and each line carries the
 //! sha256 of the line before it: editing or deleting a past line breaks the chain, which
 //! `golem-orch audit --verify` reports.
+//!
+//! The chain alone proves nothing to someone who can write the file: they can append a line
+//! with the right `prev`. So every line also ends with `mac`, an HMAC-SHA256 of the line without
+//! it (which includes `prev`, chaining the MACs), under a key in `audit.key` beside the log
+//! (0600, created on first use, refused if others can read it). A line without a valid MAC is
+//! forged. This module is the one place that knows the format; `push` asks it
+//! ([`Audit::staged_manifest_sha256`]) for what it trusts.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -13,6 +20,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::home::FileLock;
+use crate::secret::{self, Secret, SecretError};
+
+/// The key's file name, beside the log.
+pub const KEY_FILE: &str = "audit.key";
 
 /// The `prev` of the first line.
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -34,6 +45,10 @@ pub struct Record {
     pub data: serde_json::Value,
     /// sha256 of the previous line's bytes.
     pub prev: String,
+    /// HMAC-SHA256 of the line without this field, under the state directory's audit key.
+    /// Always the last field, so the MAC'd bytes are the line up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// Why the log could not be written, read or trusted.
@@ -67,12 +82,31 @@ pub enum AuditError {
         /// 1-based line.
         line: usize,
     },
+    /// A line whose MAC is missing or wrong: written by someone without the audit key.
+    #[error("audit log {path}:{line}: forged: no valid MAC under this state directory's audit key (the line was not written by golem-orch here)")]
+    Forged {
+        /// The log.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+    },
+    /// The log has records but its key is gone, so none of them can be checked.
+    #[error("audit log {path} has records but its key {} is missing; it cannot be trusted", .path.with_file_name(KEY_FILE).display())]
+    NoKey {
+        /// The log.
+        path: PathBuf,
+    },
+    /// The key file is unusable (someone else's, readable by others, not a key).
+    #[error("audit key: {0}")]
+    Key(#[from] SecretError),
 }
 
 /// Handle on one state directory's log.
 #[derive(Debug, Clone)]
 pub struct Audit {
     path: PathBuf,
+    /// The key, once loaded (a batch appends thousands of lines).
+    key: std::sync::OnceLock<Secret>,
 }
 
 /// An event waiting to be appended.
@@ -100,7 +134,31 @@ impl Event {
 impl Audit {
     /// The log at `path` (created on first write).
     pub fn new(path: impl Into<PathBuf>) -> Audit {
-        Audit { path: path.into() }
+        Audit {
+            path: path.into(),
+            key: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn key_path(&self) -> PathBuf {
+        self.path.with_file_name(KEY_FILE)
+    }
+
+    /// The key for writing: created (0600) on first use.
+    fn key_for_writing(&self) -> Result<&Secret, AuditError> {
+        if let Some(k) = self.key.get() {
+            return Ok(k);
+        }
+        let k = secret::load_or_create(&self.key_path())?;
+        Ok(self.key.get_or_init(|| k))
+    }
+
+    /// The key for checking: never created (an absent key means nothing can be checked).
+    fn key_for_checking(&self) -> Result<Option<Secret>, AuditError> {
+        if let Some(k) = self.key.get() {
+            return Ok(Some(k.clone()));
+        }
+        Ok(secret::read_existing(&self.key_path())?)
     }
 
     /// Where the log lives.
@@ -134,9 +192,16 @@ impl Audit {
         if events.is_empty() {
             return Ok(());
         }
+        use std::os::unix::fs::OpenOptionsExt;
+        let key = self.key_for_writing()?;
         let mut lock = FileLock::open(
             &self.path,
-            OpenOptions::new().read(true).append(true).create(true),
+            OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW),
         )
         .map_err(self.io())?;
         let file = lock.file();
@@ -149,8 +214,10 @@ impl Audit {
                 session: e.session.clone(),
                 data: e.data.clone(),
                 prev,
+                mac: None,
             };
-            let line = serde_json::to_vec(&rec).map_err(|e| self.io()(e.into()))?;
+            let body = serde_json::to_vec(&rec).map_err(|e| self.io()(e.into()))?;
+            let line = seal(key, &body);
             prev = hash(&line);
             buf.extend_from_slice(&line);
             buf.push(b'\n');
@@ -161,10 +228,10 @@ impl Audit {
 
     /// Reads every record (an absent log is empty).
     pub fn read(&self) -> Result<Vec<Record>, AuditError> {
-        Ok(self.read_lines()?.into_iter().map(|(_, r, _)| r).collect())
+        Ok(self.read_lines()?.into_iter().map(|l| l.record).collect())
     }
 
-    fn read_lines(&self) -> Result<Vec<(usize, Record, String)>, AuditError> {
+    fn read_lines(&self) -> Result<Vec<Line>, AuditError> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -175,7 +242,12 @@ impl Audit {
             .filter(|(_, l)| !l.is_empty())
             .map(|(i, l)| {
                 serde_json::from_str::<Record>(l)
-                    .map(|r| (i + 1, r, hash(l.as_bytes())))
+                    .map(|r| Line {
+                        number: i + 1,
+                        hash: hash(l.as_bytes()),
+                        sealed: unseal(l, r.mac.as_deref()),
+                        record: r,
+                    })
                     .map_err(|e| AuditError::Corrupt {
                         path: self.path.clone(),
                         line: i + 1,
@@ -185,21 +257,91 @@ impl Audit {
             .collect()
     }
 
-    /// Checks the hash chain; returns the number of records.
+    /// Checks the hash chain and every line's MAC; returns the number of records.
     pub fn verify(&self) -> Result<usize, AuditError> {
+        Ok(self.read_verified()?.len())
+    }
+
+    /// Reads the log once and returns its records only if the whole chain and every MAC hold,
+    /// so what is used is exactly what was checked.
+    pub fn read_verified(&self) -> Result<Vec<Record>, AuditError> {
         let lines = self.read_lines()?;
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        let key = self.key_for_checking()?.ok_or_else(|| AuditError::NoKey {
+            path: self.path.clone(),
+        })?;
         let mut prev = GENESIS.to_string();
-        for (line, rec, h) in &lines {
-            if rec.prev != prev {
+        for l in &lines {
+            if l.record.prev != prev {
                 return Err(AuditError::Broken {
                     path: self.path.clone(),
-                    line: *line,
+                    line: l.number,
                 });
             }
-            prev = h.clone();
+            let genuine = match (&l.sealed, &l.record.mac) {
+                (Some(body), Some(mac)) => key.verify_hex(body.as_bytes(), mac),
+                _ => false,
+            };
+            if !genuine {
+                return Err(AuditError::Forged {
+                    path: self.path.clone(),
+                    line: l.number,
+                });
+            }
+            prev = l.hash.clone();
         }
-        Ok(lines.len())
+        Ok(lines.into_iter().map(|l| l.record).collect())
     }
+
+    /// The manifest hash audited when staged commit `id` was staged (by a session or a batch
+    /// merge), read from a log whose chain and MACs all verify; `None` if it was never staged.
+    pub fn staged_manifest_sha256(&self, id: &str) -> Result<Option<String>, AuditError> {
+        Ok(self.staged_manifest_hashes()?.remove(id))
+    }
+
+    /// Every staged commit's audited manifest hash (the latest record wins), from one read of
+    /// a log whose chain and MACs all verify: for checking many staged commits at once.
+    pub fn staged_manifest_hashes(
+        &self,
+    ) -> Result<std::collections::HashMap<String, String>, AuditError> {
+        Ok(self
+            .read_verified()?
+            .into_iter()
+            .filter(|r| r.event == "session.staged" || r.event == "batch.staged")
+            .filter_map(|r| {
+                Some((
+                    r.data["staged"].as_str()?.to_string(),
+                    r.data["manifest_sha256"].as_str()?.to_string(),
+                ))
+            })
+            .collect())
+    }
+}
+
+/// One line as read: its record, its sha256 and the bytes its MAC covers.
+struct Line {
+    number: usize,
+    record: Record,
+    hash: String,
+    /// The line without its `mac` field, when it ends with one.
+    sealed: Option<String>,
+}
+
+/// The line for `body` (a record serialised without `mac`): `mac` appended as the last field.
+fn seal(key: &Secret, body: &[u8]) -> Vec<u8> {
+    let mac = key.mac_hex(body);
+    let mut line = body[..body.len().saturating_sub(1)].to_vec();
+    line.extend_from_slice(format!(",\"mac\":\"{mac}\"}}").as_bytes());
+    line
+}
+
+/// The bytes a line's MAC covers: the line with its trailing `"mac"` field removed.
+fn unseal(line: &str, mac: Option<&str>) -> Option<String> {
+    let mac = mac.filter(|m| m.len() == 64 && m.bytes().all(|b| b.is_ascii_hexdigit()))?;
+    let body = line.strip_suffix(&format!(",\"mac\":\"{mac}\"}}"))?;
+    Some(format!("{body}}}"))
 }
 
 fn hash(bytes: &[u8]) -> String {
@@ -296,9 +438,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let edited = text.replacen("\"i\":1", "\"i\":7", 1);
         std::fs::write(&path, edited).unwrap();
+        // The edited line's own MAC no longer holds (and line 3's `prev` no longer matches).
         assert!(matches!(
             log.verify(),
-            Err(AuditError::Broken { line: 3, .. })
+            Err(AuditError::Forged { line: 2, .. })
         ));
         let removed: Vec<&str> = text
             .lines()
@@ -311,6 +454,72 @@ mod tests {
             log.verify(),
             Err(AuditError::Broken { line: 2, .. })
         ));
+    }
+
+    #[test]
+    fn a_chain_consistent_line_without_the_key_is_forged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = Audit::new(&path);
+        log.record(Some("s1"), "session.created", json!({}))
+            .unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join(KEY_FILE))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let prev = hash(text.trim_end().as_bytes());
+        // What someone who can write the log but not read the key can do: the right `prev`,
+        // no MAC, or a MAC made with another key.
+        let forged = Record {
+            ts: now(),
+            event: "session.staged".into(),
+            session: Some("s1".into()),
+            data: json!({ "staged": "s1", "manifest_sha256": "ab" }),
+            prev,
+            mac: None,
+        };
+        let bare = serde_json::to_string(&forged).unwrap();
+        std::fs::write(&path, format!("{text}{bare}\n")).unwrap();
+        assert!(matches!(
+            log.verify(),
+            Err(AuditError::Forged { line: 2, .. })
+        ));
+        assert!(log.staged_manifest_sha256("s1").is_err());
+        let other = crate::secret::load_or_create(&dir.path().join("other.key")).unwrap();
+        let sealed = String::from_utf8(seal(&other, bare.as_bytes())).unwrap();
+        std::fs::write(&path, format!("{text}{sealed}\n")).unwrap();
+        assert!(matches!(
+            log.verify(),
+            Err(AuditError::Forged { line: 2, .. })
+        ));
+        // Without its key a log with records cannot be trusted at all.
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(log.verify().unwrap(), 1);
+        std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();
+        assert!(matches!(
+            Audit::new(&path).verify(),
+            Err(AuditError::NoKey { .. })
+        ));
+    }
+
+    #[test]
+    fn the_staged_record_is_found_only_in_a_verified_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Audit::new(dir.path().join("audit.jsonl"));
+        assert_eq!(log.staged_manifest_sha256("x").unwrap(), None);
+        log.record(
+            Some("x"),
+            "session.staged",
+            json!({ "staged": "x", "manifest_sha256": "cafe" }),
+        )
+        .unwrap();
+        assert_eq!(
+            log.staged_manifest_sha256("x").unwrap().as_deref(),
+            Some("cafe")
+        );
     }
 
     #[test]

@@ -306,7 +306,7 @@ pub fn dir(home: &Home) -> std::path::PathBuf {
 /// Loads a batch record by id or unique prefix.
 pub fn load(home: &Home, id: &str) -> Result<Record, BatchError> {
     let d = dir(home);
-    std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
+    home::create_private_dir_all(&d).map_err(|e| record_err(&d, e))?;
     let full = home::resolve_id_in(&d, id, "batch record", ".json")?;
     let path = d.join(format!("{full}.json"));
     let text = std::fs::read(&path).map_err(|e| record_err(&path, e))?;
@@ -322,7 +322,7 @@ fn record_err(path: &Path, e: impl std::fmt::Display) -> BatchError {
 
 fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
     let d = dir(home);
-    std::fs::create_dir_all(&d).map_err(|e| record_err(&d, e))?;
+    home::create_private_dir_all(&d).map_err(|e| record_err(&d, e))?;
     let path = d.join(format!("{}.json", record.id));
     let json = serde_json::to_vec_pretty(record).map_err(|e| record_err(&path, e))?;
     write_atomic(&path, &json).map_err(|e| record_err(&path, e))
@@ -623,8 +623,19 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     let mut rejected: Vec<Rejected> = Vec::new();
     let mut omitted = 0u64;
     let mut first: Option<Manifest> = None;
+    // Each part must be anchored like a push would require: a staging record with a valid MAC
+    // in an intact chain, matching its manifest. Otherwise a forged part (or a batch record
+    // pointing at one) would be laundered into a genuinely audited combined commit.
+    let anchored = audit.staged_manifest_hashes()?;
     for (folder, staged) in &parts {
-        let m = stage.manifest(staged)?;
+        let (m, sha256) = stage.manifest_with_sha256(staged)?;
+        if anchored.get(staged) != Some(&sha256) {
+            return Err(StageError::Tampered {
+                id: staged.clone(),
+                what: "its manifest does not match a verified audit record of staging it".into(),
+            }
+            .into());
+        }
         stage.verify_layout(staged, &m)?;
         for f in &m.files {
             let data = stage.read_verified(staged, f)?;

@@ -17,6 +17,10 @@ pub const LABEL_SESSION: &str = "golem.session";
 pub const LABEL_HOME: &str = "golem.home";
 /// The owning process (`boot_id:pid:start_time`), so `gc` never touches a live session's resources.
 pub const LABEL_OWNER: &str = "golem.owner";
+/// Proof that this state directory created the resource: an HMAC of the session id under the
+/// state directory's secret gc token (`home::Home::tag`). Labels an image bakes in can copy
+/// every other label but cannot predict this one, so `gc` trusts nothing without it.
+pub const LABEL_TOKEN: &str = "golem.token";
 /// `worker`, `holder` or `output`.
 pub const LABEL_ROLE: &str = "golem.role";
 

@@ -3,6 +3,12 @@
 //! Only resources labelled `golem.managed` are considered, and only those whose owning process
 //! is provably gone (same boot, PID not running with the recorded start time). A live session's
 //! containers are never touched, so `gc` is safe to run at any time, including from `run`.
+//!
+//! Labels can come from an image (`LABEL golem.managed=true ...`), so none of them is believed
+//! alone: a resource counts as golem-orch's only when its `golem.token` label is the HMAC of
+//! its session id under the secret token of the state directory its `golem.home` label names
+//! (`Tokens::created_here`). And a session's record is only marked failed when the record's own
+//! owner is dead, whatever a label says.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -14,9 +20,12 @@ use serde_json::json;
 
 use crate::audit::{self, Audit};
 use crate::container;
-use crate::engine::{EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION};
-use crate::home::Home;
+use crate::engine::{
+    EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION, LABEL_TOKEN,
+};
+use crate::home::{self, Home};
 use crate::owner::{label_liveness, Liveness, Owner};
+use crate::secret::{self, Secret};
 use crate::session::{self, SessionStatus};
 use crate::stage::Stage;
 
@@ -37,6 +46,9 @@ pub struct Report {
     pub images: Vec<String>,
     /// Resources left alone because their owner is alive.
     pub live: usize,
+    /// Resources labelled like golem-orch's that no state directory of this user created
+    /// (labels copied from an image, another user's, or an older version's): never touched.
+    pub foreign: usize,
     /// Removals that failed, with why.
     pub errors: Vec<String>,
 }
@@ -62,6 +74,7 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
     let filters: HashMap<&str, Vec<&str>> = HashMap::from([("label", labels)]);
     // session -> home of every dead-owned resource, to mark sessions afterwards.
     let mut dead_sessions: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
+    let mut tokens = Tokens::default();
 
     let containers = docker
         .list_containers(Some(
@@ -74,6 +87,10 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
         .map_err(EngineError::api("listing golem-orch containers"))?;
     for c in containers {
         let labels = c.labels.unwrap_or_default();
+        if !tokens.created_here(&labels) {
+            report.foreign += 1;
+            continue;
+        }
         if label_liveness(labels.get(LABEL_OWNER).map(String::as_str)) != Liveness::Dead {
             report.live += 1;
             continue;
@@ -93,6 +110,10 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
         .await
         .map_err(EngineError::api("listing golem-orch volumes"))?;
     for v in volumes.volumes.unwrap_or_default() {
+        if !tokens.created_here(&v.labels) {
+            report.foreign += 1;
+            continue;
+        }
         if label_liveness(v.labels.get(LABEL_OWNER).map(String::as_str)) != Liveness::Dead {
             report.live += 1;
             continue;
@@ -159,12 +180,44 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
     Ok(report)
 }
 
+/// The gc tokens of the state directories named by labels, each read once.
+#[derive(Default)]
+struct Tokens(HashMap<PathBuf, Option<Secret>>);
+
+impl Tokens {
+    /// Whether a state directory of this user created the resource carrying `labels`: its
+    /// `golem.token` is the HMAC of its `golem.session` under the token of the state directory
+    /// its `golem.home` names. The token file is read only if it is a private regular file of
+    /// this user; an image can copy every label but cannot compute this one.
+    fn created_here(&mut self, labels: &HashMap<String, String>) -> bool {
+        let (Some(session), Some(home), Some(tag)) = (
+            labels.get(LABEL_SESSION).filter(|s| is_session_id(s)),
+            labels
+                .get(LABEL_HOME)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute()),
+            labels.get(LABEL_TOKEN),
+        ) else {
+            return false;
+        };
+        let token = self.0.entry(home.clone()).or_insert_with(|| {
+            secret::read_existing(&home.join(home::TOKEN_FILE))
+                .ok()
+                .flatten()
+        });
+        token.as_ref().is_some_and(|t| {
+            secret::ct_eq(home::session_tag(t, session).as_bytes(), tag.as_bytes())
+        })
+    }
+}
+
+fn is_session_id(s: &str) -> bool {
+    s.len() == 32 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
 fn note_session(dead: &mut BTreeMap<String, Option<PathBuf>>, labels: &HashMap<String, String>) {
     // A session id is 32 hex digits; anything else in a label is not used as a path.
-    if let Some(s) = labels
-        .get(LABEL_SESSION)
-        .filter(|s| s.len() == 32 && s.chars().all(|c| c.is_ascii_hexdigit()))
-    {
+    if let Some(s) = labels.get(LABEL_SESSION).filter(|s| is_session_id(s)) {
         let home = labels
             .get(LABEL_HOME)
             .map(PathBuf::from)
@@ -174,11 +227,17 @@ fn note_session(dead: &mut BTreeMap<String, Option<PathBuf>>, labels: &HashMap<S
 }
 
 /// Marks an unfinished session failed; returns whether it changed anything.
+///
+/// Decided from the session record alone: only when the owner the record names is provably
+/// dead. A label that says otherwise (even one on an object this state directory created)
+/// never changes a live session's record.
 fn mark_failed(home: &Home, id: &str) -> bool {
     let Ok(mut record) = session::load(home, id) else {
         return false;
     };
-    if record.status.is_final() {
+    if record.status.is_final()
+        || !Owner::parse(&record.owner).is_some_and(|o| o.liveness() == Liveness::Dead)
+    {
         return false;
     }
     let previous = record.status;
@@ -197,4 +256,72 @@ fn mark_failed(home: &Home, id: &str) -> bool {
         json!({ "error": record.error, "by": "gc", "was": previous }),
     );
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn as_map(labels: std::collections::BTreeMap<String, String>) -> HashMap<String, String> {
+        labels.into_iter().collect()
+    }
+
+    #[test]
+    fn only_labels_made_with_the_named_homes_token_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(Some(&dir.path().join("a"))).unwrap();
+        let other = Home::open(Some(&dir.path().join("b"))).unwrap();
+        let id = crate::home::new_id();
+        let ours = as_map(session::labels(&home, &id, &Owner::current()));
+        let mut tokens = Tokens::default();
+        assert!(tokens.created_here(&ours));
+
+        // An image can copy every other label, but not compute the token's.
+        let mut copied = ours.clone();
+        copied.remove(LABEL_TOKEN);
+        assert!(!tokens.created_here(&copied));
+        let mut guessed = ours.clone();
+        guessed.insert(LABEL_TOKEN.into(), "0".repeat(64));
+        assert!(!tokens.created_here(&guessed));
+        // A real tag moved to another session or another home proves nothing there.
+        let mut moved = ours.clone();
+        moved.insert(LABEL_SESSION.into(), crate::home::new_id());
+        assert!(!tokens.created_here(&moved));
+        let mut elsewhere = ours.clone();
+        elsewhere.insert(LABEL_HOME.into(), other.root().display().to_string());
+        assert!(!tokens.created_here(&elsewhere));
+        // A home without a token (or none at all) is nobody's.
+        let mut nowhere = ours;
+        nowhere.insert(
+            LABEL_HOME.into(),
+            dir.path().join("c").display().to_string(),
+        );
+        assert!(!tokens.created_here(&nowhere));
+    }
+
+    #[test]
+    fn a_live_sessions_record_is_never_marked_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(Some(dir.path())).unwrap();
+        let mut record: session::Record = serde_json::from_value(json!({
+            "id": "0123456789abcdef0123456789abcdef", "created_at": "t", "updated_at": "t",
+            "status": "running", "trust_level": "untrusted", "image": "i", "command": [],
+            "owner": Owner::current().to_string(), "inputs": [], "exit": serde_json::to_value(container::Exit::default()).unwrap(),
+            "staged": null, "files": 0, "bytes": 0, "rejected": 0, "error": null, "kept": false
+        }))
+        .unwrap();
+        std::fs::create_dir(home.session_dir(&record.id)).unwrap();
+        session::save(&home, &record).unwrap();
+        assert!(
+            !mark_failed(&home, &record.id),
+            "a live owner's record changed"
+        );
+        record.owner = "old-boot:1:1:1".into();
+        session::save(&home, &record).unwrap();
+        assert!(mark_failed(&home, &record.id));
+        assert_eq!(
+            session::load(&home, &record.id).unwrap().status,
+            SessionStatus::Failed
+        );
+    }
 }

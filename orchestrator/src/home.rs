@@ -24,6 +24,18 @@ pub enum HomeError {
         /// What was asked.
         id: String,
     },
+    /// An existing state directory (or a file in it) that other users could change or that
+    /// belongs to someone else: trusting it would let them forge what golem-orch reads back.
+    #[error("state directory {path} {why}; refusing to use it (it must be yours and not writable by group or others)")]
+    Unsafe {
+        /// The directory or file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The state directory's gc token could not be read or created.
+    #[error("state directory: {0}")]
+    Secret(#[from] crate::secret::SecretError),
     /// An id prefix matched more than one.
     #[error("{id:?} matches several {kind}s: {}; give more characters", candidates.join(", "))]
     Ambiguous {
@@ -40,6 +52,8 @@ pub enum HomeError {
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
+    /// This state directory's gc token (absent for [`Home::peek`]).
+    token: Option<crate::secret::Secret>,
 }
 
 impl Home {
@@ -53,12 +67,14 @@ impl Home {
             let path = path.to_path_buf();
             move |source| HomeError::Io { path, source }
         };
-        std::fs::create_dir_all(&wanted).map_err(io(&wanted))?;
+        create_state_dir(&wanted).map_err(io(&wanted))?;
         let root = wanted.canonicalize().map_err(io(&wanted))?;
-        let home = Home { root };
+        let mut home = Home { root, token: None };
+        home.secure()?;
         for dir in [home.sessions_dir(), home.staged_dir()] {
-            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+            create_private_dir(&dir).map_err(io(&dir))?;
         }
+        home.token = Some(crate::secret::load_or_create(&home.token_path())?);
         Ok(home)
     }
 
@@ -66,7 +82,7 @@ impl Home {
     pub fn peek(explicit: Option<&Path>) -> Home {
         let wanted = explicit.map_or_else(|| PathBuf::from(".golem"), Path::to_path_buf);
         let root = std::path::absolute(&wanted).unwrap_or(wanted);
-        Home { root }
+        Home { root, token: None }
     }
 
     /// The directory itself.
@@ -93,6 +109,148 @@ impl Home {
     pub fn audit_path(&self) -> PathBuf {
         self.root.join("audit.jsonl")
     }
+}
+
+/// The state directory's file modes and ownership (issue 11, class 3): what golem-orch creates
+/// here is the invoking user's alone, and what it finds here is trusted only when nobody else
+/// could have changed it. Kept apart from [`Home::open`]'s layout so each is easy to read.
+impl Home {
+    /// The gc token: marks the engine objects this state directory created ([`Home::tag`]).
+    pub fn token_path(&self) -> PathBuf {
+        self.root.join(TOKEN_FILE)
+    }
+
+    /// The label value that proves a session's engine object was created by this state
+    /// directory: an HMAC of the session id under the token, which no image can predict and
+    /// which does not reveal the token. `None` without a token ([`Home::peek`]).
+    pub fn tag(&self, session: &str) -> Option<String> {
+        self.token.as_ref().map(|t| session_tag(t, session))
+    }
+
+    /// Refuses a state directory (or one of its key entries) that is not the invoking user's
+    /// or that group or others can write, and tightens the modes of the user's own entries
+    /// left wider by older versions or a permissive umask.
+    fn secure(&self) -> Result<(), HomeError> {
+        check_owned(&self.root, true)?;
+        for (name, dir) in [
+            ("sessions", true),
+            ("staged", true),
+            ("batches", true),
+            ("bin", true),
+            ("audit.jsonl", false),
+            ("audit.key", false),
+            (TOKEN_FILE, false),
+        ] {
+            let path = self.root.join(name);
+            if std::fs::symlink_metadata(&path).is_ok() {
+                check_owned(&path, dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The gc token's file name in the state directory.
+pub const TOKEN_FILE: &str = "gc.token";
+
+/// [`Home::tag`] for a token read from some state directory (gc checks labels with it).
+pub fn session_tag(token: &crate::secret::Secret, session: &str) -> String {
+    token.mac_hex(format!("golem.token:{session}").as_bytes())
+}
+
+/// Checks one existing entry: the right type (never a symlink), owned by the effective user,
+/// not group- or world-writable; then drops any group/other bits it still has.
+fn check_owned(path: &Path, dir: bool) -> Result<(), HomeError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let unsafe_ = |why: String| HomeError::Unsafe {
+        path: path.to_path_buf(),
+        why,
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|source| HomeError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.file_type().is_symlink() {
+        return Err(unsafe_("is a symlink".into()));
+    }
+    if dir != meta.is_dir() || (!dir && !meta.is_file()) {
+        return Err(unsafe_(format!(
+            "is not a {}",
+            if dir { "directory" } else { "regular file" }
+        )));
+    }
+    let me = crate::secret::euid();
+    if meta.uid() != me {
+        return Err(unsafe_(format!(
+            "is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(unsafe_(format!(
+            "has mode {mode:04o}: group or others can write it"
+        )));
+    }
+    if mode & 0o077 != 0 {
+        let private = if dir { 0o700 } else { 0o600 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)).map_err(
+            |source| HomeError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates the state directory itself 0700 whatever the umask (its missing parents get the
+/// usual modes: they are not golem-orch's).
+fn create_state_dir(path: &Path) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    create_private_dir(path)
+}
+
+/// Creates one directory 0700, whatever the umask; an existing directory is left as it is
+/// (the state directory's own entries are checked by `Home::open`).
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        // The umask can only remove bits from 0700; chmod anyway so the mode is exact.
+        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates a directory and its missing parents 0700 each (for directories inside the state
+/// directory, such as `batches/` or a session's).
+pub fn create_private_dir_all(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_private_dir_all(parent)?;
+    }
+    create_private_dir(path)
+}
+
+/// Writes a file only its owner can read (0600 whatever the umask, also when it already
+/// existed), for logs and other files in the state directory that are not rewritten atomically.
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(data)
 }
 
 /// A new session or staged-commit id: UUIDv7, so ids sort by creation time.
@@ -180,10 +338,16 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    // tempfile creates 0600; say so, so a record never depends on its defaults or the umask.
+    tmp.as_file().set_permissions(perms_0600())?;
     tmp.write_all(data)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+fn perms_0600() -> std::fs::Permissions {
+    std::os::unix::fs::PermissionsExt::from_mode(0o600)
 }
 
 #[cfg(test)]
@@ -209,6 +373,67 @@ mod tests {
         assert!(resolve_id(dir.path(), "ffffffff", "session").is_err());
         assert!(resolve_id(dir.path(), "../x", "session").is_err());
         assert!(resolve_id(dir.path(), "ab", "session").is_err());
+    }
+
+    #[test]
+    fn a_new_state_directory_is_private_and_an_unsafe_one_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("a/.golem");
+        let home = Home::open(Some(&root)).unwrap();
+        for d in [
+            home.root().to_path_buf(),
+            home.sessions_dir(),
+            home.staged_dir(),
+        ] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        assert_eq!(mode(&home.token_path()), 0o600);
+        let tag = home.tag("s").unwrap();
+        assert_eq!(Home::open(Some(&root)).unwrap().tag("s").unwrap(), tag);
+        assert_ne!(home.tag("t").unwrap(), tag);
+        assert!(Home::peek(Some(&root)).tag("s").is_none());
+
+        // Older, wider modes of the user's own entries are tightened...
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Home::open(Some(&root)).unwrap();
+        assert_eq!(mode(&root), 0o700);
+        // ...but anything others can write is refused, and so is a link.
+        for bad in [0o777, 0o770, 0o722] {
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(bad)).unwrap();
+            let err = Home::open(Some(&root)).unwrap_err();
+            assert!(matches!(err, HomeError::Unsafe { .. }), "{err}");
+            assert_eq!(err.to_string().lines().count(), 1);
+        }
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let staged = home.staged_dir();
+        std::fs::remove_dir(&staged).unwrap();
+        std::os::unix::fs::symlink(dir.path(), &staged).unwrap();
+        assert!(matches!(
+            Home::open(Some(&root)),
+            Err(HomeError::Unsafe { .. })
+        ));
+    }
+
+    #[test]
+    fn private_files_are_0600_even_when_they_existed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("logs.txt");
+        std::fs::write(&p, "old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        write_private(&p, b"new").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        write_atomic(&p, b"newer").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 
     #[test]

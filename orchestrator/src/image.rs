@@ -266,7 +266,9 @@ fn install_in(dir: &Path) -> Result<PathBuf, ImageError> {
         return Ok(path);
     }
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
+        // `bin/` is private like the rest of the state directory; the binary keeps 0555 so the
+        // worker can run it through its bind mount.
+        crate::home::create_private_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         std::io::Write::write_all(&mut tmp, WORKER_BINARY)?;
         tmp.as_file().sync_all()?;

@@ -21,6 +21,7 @@ pub mod plan;
 pub mod policy;
 pub mod push;
 pub mod render;
+pub mod secret;
 pub mod session;
 pub mod stage;
 pub mod target;

@@ -163,24 +163,18 @@ pub fn verified_manifest(stage: &Stage, audit: &Audit, id: &str) -> Result<Manif
         id: id.to_string(),
         why,
     };
-    audit
-        .verify()
-        .map_err(|e| unverified(format!("the audit log cannot be trusted ({e})")))?;
+    // The anchor: one read of the log, every line's chain link and keyed MAC checked, so a
+    // staging record forged by someone without the audit key is never believed.
     let recorded = audit
-        .read()?
-        .into_iter()
-        .rev()
-        .find(|r| {
-            (r.event == "session.staged" || r.event == "batch.staged") && r.data["staged"] == id
-        })
-        .and_then(|r| r.data["manifest_sha256"].as_str().map(str::to_string))
+        .staged_manifest_sha256(id)
+        .map_err(|e| unverified(format!("the audit log cannot be trusted ({e})")))?
         .ok_or_else(|| unverified("the audit log has no record of staging it".into()))?;
-    if stage::manifest_sha256(stage, id)? != recorded {
+    let (manifest, sha256) = stage.manifest_with_sha256(id)?;
+    if sha256 != recorded {
         return Err(unverified(
             "its manifest does not match the hash recorded when it was staged".into(),
         ));
     }
-    let manifest = stage.manifest(id)?;
     stage.verify_layout(id, &manifest)?;
     Ok(manifest)
 }
@@ -262,7 +256,8 @@ pub fn execute(
         )?;
         return Err(err);
     }
-    let manifest = stage.manifest(id)?;
+    // Verified again, not just re-read: the bytes committed are checked against this manifest.
+    let manifest = verified_manifest(stage, audit, id)?;
     let (commit, recovered) = match find_recovered(target, id)? {
         Some(oid) => (oid, true),
         None => {

@@ -17,7 +17,9 @@ use serde_json::json;
 
 use crate::audit::{self, Audit, Event};
 use crate::container::{self, Exit, LogBuffer, Resource, Tracker};
-use crate::engine::{EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION};
+use crate::engine::{
+    EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION, LABEL_TOKEN,
+};
 use crate::extract::{self, Extraction, Limits};
 use crate::home::{self, write_atomic, Home};
 use crate::image::{self, ImageError};
@@ -286,14 +288,19 @@ pub fn default_command() -> Vec<String> {
     vec!["report".to_string()]
 }
 
-/// Labels for everything a session creates.
+/// Labels for everything a session creates. `golem.token` (absent in a dry run) is what lets
+/// `gc` tell this state directory's objects from an image's copies of the other labels.
 pub fn labels(home: &Home, session: &str, owner: &Owner) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    let mut labels = BTreeMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SESSION.to_string(), session.to_string()),
         (LABEL_HOME.to_string(), home.root().display().to_string()),
         (LABEL_OWNER.to_string(), owner.to_string()),
-    ])
+    ]);
+    if let Some(tag) = home.tag(session) {
+        labels.insert(LABEL_TOKEN.to_string(), tag);
+    }
+    labels
 }
 
 /// Resolves host paths for the plan, creating the workspace directory when the level mounts it.
@@ -408,7 +415,10 @@ pub async fn run_resolved(
     let id = home::new_id();
     let dir = home.session_dir(&id);
     let input = dir.join("input");
-    std::fs::create_dir_all(&input).map_err(io(&input))?;
+    // The session's directory is private; only `input/` inside it is opened up for the worker
+    // (through its bind mount: other host users cannot pass the 0700 directories above it).
+    home::create_private_dir(&dir).map_err(io(&dir))?;
+    std::fs::create_dir(&input).map_err(io(&input))?;
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&input, std::fs::Permissions::from_mode(0o755))
@@ -649,6 +659,15 @@ async fn steps(
         std::fs::create_dir_all(&task).map_err(io(&task))?;
         let file = task.join("instructions.md");
         std::fs::write(&file, text).map_err(io(&file))?;
+        // Readable by the worker through its bind mount whatever the umask; other host users
+        // cannot pass the session's 0700 directory.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&task, std::fs::Permissions::from_mode(0o755))
+                .map_err(io(&task))?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+                .map_err(io(&file))?;
+        }
         paths.task = Some(task);
     }
     paths.init = image::install_init(home.root())?;
@@ -714,7 +733,7 @@ async fn steps(
         json!({ "exit_code": exit.code, "oom_killed": exit.oom_killed, "timed_out": exit.timed_out }),
     )?;
     let logs_path = home.session_dir(&id).join(LOGS);
-    std::fs::write(&logs_path, streamed.logs).map_err(io(&logs_path))?;
+    home::write_private(&logs_path, streamed.logs.as_bytes()).map_err(io(&logs_path))?;
     if exit.timed_out {
         record.status = SessionStatus::Timeout;
         record.error = Some(format!("killed after the {}s timeout", plan.timeout_secs));

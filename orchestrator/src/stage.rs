@@ -190,11 +190,13 @@ impl Stage {
             return Err(StageError::Exists(id.to_string()));
         }
         let tmp = self.root.join(format!("{TMP_PREFIX}{id}"));
-        std::fs::create_dir(&tmp).map_err(io(&tmp))?;
+        // 0700/0600 whatever the umask: a staged commit is the user's alone until pushed.
+        private_dir(&tmp)?;
         let owner = tmp.join(OWNER_FILE);
-        std::fs::write(&owner, Owner::current().to_string()).map_err(io(&owner))?;
+        crate::home::write_private(&owner, Owner::current().to_string().as_bytes())
+            .map_err(io(&owner))?;
         let files = tmp.join(FILES);
-        std::fs::create_dir(&files).map_err(io(&files))?;
+        private_dir(&files)?;
         Ok(Building {
             tmp,
             target: self.dir(id),
@@ -283,12 +285,37 @@ impl Stage {
     }
 }
 
+/// Creates one new directory 0700 (it must not exist: stage directories are never reused).
+fn private_dir(path: &Path) -> Result<(), StageError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)))
+        .map_err(io(path))
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StageError> {
     let text = std::fs::read(path).map_err(io(path))?;
     serde_json::from_slice(&text).map_err(|e| StageError::Corrupt {
         path: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+impl Stage {
+    /// Reads a manifest and the sha256 of exactly the bytes parsed, so a manifest checked
+    /// against its audited hash is the manifest used (no second read to swap it under).
+    pub fn manifest_with_sha256(&self, id: &str) -> Result<(Manifest, String), StageError> {
+        use sha2::{Digest, Sha256};
+        let path = self.dir(id).join(MANIFEST);
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let manifest = serde_json::from_slice(&bytes).map_err(|e| StageError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Ok((manifest, hex::encode(Sha256::digest(&bytes))))
+    }
 }
 
 /// sha256 of a manifest's bytes, recorded in the audit log when staged and checked before a push.
@@ -396,13 +423,15 @@ impl Stage {
 
     /// The stage-wide lock that serialises status changes and pushes.
     pub fn lock(&self) -> Result<crate::home::FileLock, StageError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.root.join(".lock");
         crate::home::FileLock::open(
             &path,
             std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
-                .truncate(false),
+                .truncate(false)
+                .mode(0o600),
         )
         .map_err(io(&path))
     }
@@ -439,7 +468,7 @@ impl Building {
             path: manifest_path.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&manifest_path, json).map_err(io(&manifest_path))?;
+        crate::home::write_private(&manifest_path, &json).map_err(io(&manifest_path))?;
         sync_tree(&self.tmp)?;
         std::fs::rename(&self.tmp, &self.target).map_err(io(&self.target))?;
         // Only after the rename: until then the owner file is what keeps gc away.

@@ -1470,6 +1470,14 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         .status()
         .unwrap()
         .success());
+    // Except the state directory's write bits: one others can write is refused outright (and
+    // golem-orch keeps it 0700), so only its mask and the missing mounts are under test here.
+    assert!(Command::new("chmod")
+        .args(["-R", "go-w"])
+        .arg(&home)
+        .status()
+        .unwrap()
+        .success());
     let before_tmp = tree(&home.join("staged").join(&tmp));
     let before_earlier = tree(&home.join("staged").join(&earlier_id));
     let targets = [

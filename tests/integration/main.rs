@@ -13,5 +13,6 @@ mod harness;
 mod intake_races;
 mod policy_narrowing;
 mod session;
+mod state_dir;
 mod terminal;
 mod workers;

@@ -617,6 +617,14 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
         .status()
         .unwrap();
     assert!(chmod.success());
+    // Except the state directory: one that others can write is refused outright (and golem-orch
+    // keeps it 0700). The empty listing below shows the mask, not the modes, hides it.
+    let private = std::process::Command::new("chmod")
+        .args(["-R", "go-w"])
+        .arg(g.project.path().join(".golem"))
+        .status()
+        .unwrap();
+    assert!(private.success());
     let mut args = vec![
         "run",
         "--json",
