@@ -20,6 +20,7 @@ pub mod owner;
 pub mod plan;
 pub mod policy;
 pub mod push;
+pub mod sensitive;
 pub mod session;
 pub mod stage;
 pub mod target;
