@@ -124,7 +124,8 @@ enum Command {
         /// Push without asking (required when not on a terminal).
         #[arg(long, short = 'y')]
         yes: bool,
-        /// Push even when the branch changed the same paths since the session read the repository.
+        /// Push even when the branch changed the same paths since the session read the repository,
+        /// or when a file is a look-alike of another path (case, NFC/NFD, trailing dots/spaces).
         #[arg(long)]
         force: bool,
         /// Then push the branch to this remote with your own git credentials.
@@ -178,7 +179,11 @@ against the hash the audit log recorded when it was staged: a tampered stage is 
 The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
 Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
 
-Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o.";
+Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o (with --json and no
+--yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
+attributes and hooks, build and environment files, #! scripts, golem's own files) are marked
+[sensitive: why]; look-alikes of other paths in the branch (differing only by case, Unicode
+normalisation or trailing dots/spaces) are marked [collides with ...] and refused unless --force.";
 
 /// Which repository, branch and files a diff or push is about.
 #[derive(Debug, Args)]
@@ -1055,11 +1060,15 @@ fn print_proposal(p: &golem_orch::push::Proposal) {
             _ => format!("+{added} -{removed}"),
         };
         eprintln!(
-            "  {}  {:<40}  {:>9}  {note}",
+            "  {}  {:<40}  {:>9}  {note}{}",
             f.change.mark(),
             f.path,
-            human_bytes(f.size)
+            human_bytes(f.size),
+            golem_orch::diff::marks(f)
         );
+    }
+    if let Some(summary) = golem_orch::diff::summary(&p.files) {
+        eprintln!("  !! {summary}: look at the marked files before you say yes");
     }
     if !p.conflicts.is_empty() {
         eprintln!(
@@ -1093,11 +1102,17 @@ fn push_cmd(
     let stage = Stage::new(home.staged_dir());
     let audit = Audit::new(home.audit_path());
     let proposal = golem_orch::push::propose(&stage, &audit, &id, &target, &t.only)?;
-    if !yes && !std::io::stdin().is_terminal() {
-        bail!("push needs a person's consent: run it on a terminal, or pass --yes");
+    if !yes && t.json.json {
+        // A script asking without consent gets the proposal (marks included), and nothing moves.
+        print_json(&proposal)?;
+        bail!("push needs a person's consent: pass --yes to push");
     }
     if !yes {
+        // Shown even when there is no terminal to answer on, so what was refused is visible.
         print_proposal(&proposal);
+        if !std::io::stdin().is_terminal() {
+            bail!("push needs a person's consent: run it on a terminal, or pass --yes");
+        }
         loop {
             match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
                 None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),
