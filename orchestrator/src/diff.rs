@@ -342,8 +342,9 @@ pub fn marks(d: &FileDiff) -> String {
     if !d.sensitive.is_empty() {
         let _ = write!(out, "  [sensitive: {}]", d.sensitive.join("; "));
     }
-    if !d.collides_with.is_empty() {
-        let _ = write!(out, "  [collides with {}]", d.collides_with.join(", "));
+    for other in &d.collides_with {
+        let how = sensitive::difference(&d.path, other);
+        let _ = write!(out, "  [collides with {other}: {how}]");
     }
     if d.invalid_utf8_bytes > 0 {
         let _ = write!(
@@ -513,7 +514,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("A README.MD (added, 1 bytes)  [collides with README.md]"),
+            text.contains(
+                "A README.MD (added, 1 bytes)  [collides with README.md: differs only in case]"
+            ),
             "{text}"
         );
         assert!(text.contains("A plain.md (added, 1 bytes)\n"), "{text}");

@@ -64,7 +64,7 @@ pub enum PushError {
     /// A file the push would write is a look-alike of another path in the branch or the stage
     /// (case, NFC/NFD, trailing dots or spaces): on a case-insensitive or normalising checkout
     /// they become one file, so one silently replaces or shadows the other.
-    #[error("look-alike paths (one file on case-insensitive or Unicode-normalising checkouts): {}; rename them, or review and retry with --force", .pairs.iter().map(|(p, o)| format!("{p} vs {}", o.join(", "))).collect::<Vec<_>>().join("; "))]
+    #[error("look-alike paths (one file on case-insensitive or Unicode-normalising checkouts): {}; rename them, or review and retry with --force", .pairs.iter().flat_map(|(p, o)| o.iter().map(move |o| format!("{p} vs {o} [{}]", crate::sensitive::difference(p, o)))).collect::<Vec<_>>().join("; "))]
     Collision {
         /// Each written path and the paths it collides with.
         pairs: Vec<(String, Vec<String>)>,

@@ -204,6 +204,30 @@ pub fn collisions<'a>(
     out
 }
 
+/// How look-alike `path` differs from `other` (a path, or a directory `path` is under), for a
+/// reviewer who sees two names that print the same: "Unicode normalisation (NFC vs NFD)", "case",
+/// "trailing dots or spaces", or several of those.
+pub fn difference(path: &str, other: &str) -> &'static str {
+    let depth = other.split('/').count();
+    let mine: String = path.split('/').take(depth).collect::<Vec<_>>().join("/");
+    let nfc = |s: &str| s.nfc().collect::<String>();
+    let trim = |s: &str| {
+        s.split('/')
+            .map(|c| c.trim_end_matches(['.', ' ']))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    if nfc(&mine) == nfc(other) {
+        "differs only in Unicode normalisation (NFC vs NFD)"
+    } else if mine.to_lowercase() == other.to_lowercase() {
+        "differs only in case"
+    } else if trim(&mine) == trim(other) {
+        "differs only in trailing dots or spaces"
+    } else {
+        "differs only in case, Unicode normalisation or trailing dots/spaces"
+    }
+}
+
 /// `a`, `a/b`, `a/b/c` for `a/b/c`.
 fn prefixes(path: &str) -> impl Iterator<Item = &str> {
     path.match_indices('/')
@@ -337,5 +361,19 @@ mod tests {
             "the same path is a change"
         );
         assert!(!found.contains_key("fresh.md"));
+        assert_eq!(
+            difference("cafe\u{301}.txt", "caf\u{e9}.txt"),
+            "differs only in Unicode normalisation (NFC vs NFD)"
+        );
+        assert_eq!(difference("README.MD", "README.md"), "differs only in case");
+        assert_eq!(difference("Docs/new.md", "docs"), "differs only in case");
+        assert_eq!(
+            difference("notes.txt.", "notes.txt"),
+            "differs only in trailing dots or spaces"
+        );
+        assert_eq!(
+            difference("NOTES.txt.", "notes.txt"),
+            "differs only in case, Unicode normalisation or trailing dots/spaces"
+        );
     }
 }
