@@ -155,7 +155,7 @@ fn main() -> ExitCode {
         ("try-read", Some(_)) => try_read(&args[1..]),
         ("procs", None) => procs(),
         ("forge-archive", None) => forge_archive(),
-        ("files", Some(_)) if args.len() % 2 == 1 => files(&args[1..]),
+        ("files", Some(_)) if !args.len().is_multiple_of(2) => files(&args[1..]),
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
             println!("exec-ok");
@@ -1525,7 +1525,7 @@ fn files(pairs: &[String]) -> i32 {
 
 fn decode_hex(hex: &str) -> io::Result<Vec<u8>> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, "content is not hex");
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err(bad());
     }
     (0..hex.len())
