@@ -301,8 +301,7 @@ pub fn render(diffs: &[FileDiff], color: bool) -> String {
             d.path,
             d.size
         ));
-        let marks = crate::container::neutralise(&marks(d));
-        let _ = writeln!(out, "{}{}", paint("1", &line), paint("1;33", &marks));
+        let _ = writeln!(out, "{}{}", paint("1", &line), paint("1;33", &marks(d)));
         match &d.body {
             Body::Text(t) => {
                 for line in t.lines() {
@@ -336,7 +335,8 @@ pub fn render(diffs: &[FileDiff], color: bool) -> String {
 }
 
 /// The warnings for one file's line, each in brackets after two spaces (empty when none):
-/// `  [sensitive: CI configuration: runs on push] [collides with README.md]`.
+/// `  [sensitive: CI configuration: runs on push]  [collides with README.md: differs only in case]`.
+/// Branch paths named here are escaped like any other untrusted text.
 pub fn marks(d: &FileDiff) -> String {
     let mut out = String::new();
     if !d.sensitive.is_empty() {
@@ -353,7 +353,7 @@ pub fn marks(d: &FileDiff) -> String {
             d.invalid_utf8_bytes
         );
     }
-    out
+    crate::container::neutralise(&out)
 }
 
 /// One line counting what a reviewer must look at ("3 sensitive paths, 1 collision"), or `None`

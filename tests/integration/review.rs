@@ -183,6 +183,8 @@ fn a_worker_staging_ci_config_git_attributes_and_automation_is_flagged_in_diff_a
 
 const NFC_CAFE: &str = "caf\u{e9}.txt";
 const NFD_CAFE: &str = "cafe\u{301}.txt";
+const NFC_RESUME: &str = "r\u{e9}sum\u{e9}.md";
+const NFD_RESUME: &str = "re\u{301}sume\u{301}.md";
 
 #[test]
 fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() {
@@ -201,12 +203,17 @@ fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() 
             ("README.MD", b"a shadow readme\n"),
             (NFD_CAFE, b"a shadow menu\n"),
             ("notes.txt.", b"shadow notes\n"),
+            // Two staged spellings of one new name collide with each other.
+            (NFC_RESUME, b"one\n"),
+            (NFD_RESUME, b"two\n"),
         ],
     );
     let pairs = [
         ("README.MD", "README.md"),
         (NFD_CAFE, NFC_CAFE),
         ("notes.txt.", "notes.txt"),
+        (NFC_RESUME, NFD_RESUME),
+        (NFD_RESUME, NFC_RESUME),
     ];
 
     let out = g.output(["diff", &id]);
@@ -219,7 +226,7 @@ fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() 
             "{staged} not marked as colliding with {existing}: {line}"
         );
     }
-    assert!(text.contains("3 collisions"), "no summary:\n{text}");
+    assert!(text.contains("5 collisions"), "no summary:\n{text}");
     let (v, code) = g.json(["diff", &id, "--json"]);
     assert_eq!(code, 0, "{v}");
     for (staged, existing) in pairs {
@@ -255,7 +262,15 @@ fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() 
             branch,
         ],
     );
-    for name in ["README.MD", NFD_CAFE, "notes.txt.", "README.md", NFC_CAFE] {
+    for name in [
+        "README.MD",
+        NFD_CAFE,
+        "notes.txt.",
+        "README.md",
+        NFC_CAFE,
+        NFC_RESUME,
+        NFD_RESUME,
+    ] {
         assert!(tree.lines().any(|l| l == name), "{name} not in {tree}");
     }
     g.assert_clean();
