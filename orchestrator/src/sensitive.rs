@@ -13,7 +13,7 @@
 //!
 //! Everything here is pure: names and bytes in, reasons out.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -22,13 +22,20 @@ use unicode_normalization::UnicodeNormalization;
 /// same fold are one file there.
 pub fn fold(path: &str) -> String {
     path.split('/')
-        .map(|component| {
-            let lower: String = component.nfd().collect::<String>().to_lowercase();
-            let nfc: String = lower.nfc().collect();
-            nfc.trim_end_matches(['.', ' ']).to_string()
-        })
+        .map(fold_component)
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// [`fold`] for one component; ASCII (most names) skips the Unicode tables.
+fn fold_component(component: &str) -> String {
+    let folded = if component.is_ascii() {
+        component.to_ascii_lowercase()
+    } else {
+        let lower: String = component.nfd().collect::<String>().to_lowercase();
+        lower.nfc().collect()
+    };
+    folded.trim_end_matches(['.', ' ']).to_string()
 }
 
 /// Why a staged path deserves a reviewer's attention once pushed; empty when it is inert.
@@ -174,13 +181,13 @@ pub fn collisions<'a>(
     existing: impl IntoIterator<Item = String>,
 ) -> BTreeMap<&'a str, Vec<String>> {
     // Every spelling of every file and directory, by fold.
-    let mut spellings: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut spellings: HashMap<String, BTreeSet<String>> = HashMap::new();
     let mut add = |path: &str| {
-        for prefix in prefixes(path) {
-            spellings
-                .entry(fold(prefix))
-                .or_default()
-                .insert(prefix.to_string());
+        for (prefix, folded) in folded_prefixes(path) {
+            let set = spellings.entry(folded).or_default();
+            if !set.contains(prefix) {
+                set.insert(prefix.to_string());
+            }
         }
     };
     for path in existing {
@@ -192,8 +199,8 @@ pub fn collisions<'a>(
     let mut out = BTreeMap::new();
     for path in staged {
         let mut others = BTreeSet::new();
-        for prefix in prefixes(path) {
-            if let Some(set) = spellings.get(&fold(prefix)) {
+        for (prefix, folded) in folded_prefixes(path) {
+            if let Some(set) = spellings.get(&folded) {
                 others.extend(set.iter().filter(|p| *p != prefix).cloned());
             }
         }
@@ -228,11 +235,21 @@ pub fn difference(path: &str, other: &str) -> &'static str {
     }
 }
 
-/// `a`, `a/b`, `a/b/c` for `a/b/c`.
-fn prefixes(path: &str) -> impl Iterator<Item = &str> {
-    path.match_indices('/')
-        .map(move |(i, _)| &path[..i])
-        .chain(std::iter::once(path))
+/// `a`, `a/b`, `a/b/c` for `a/b/c`, each with its fold, folding each component once.
+fn folded_prefixes(path: &str) -> Vec<(&str, String)> {
+    let mut out = Vec::new();
+    let mut folded = String::new();
+    let mut end = 0;
+    for (i, component) in path.split('/').enumerate() {
+        if i > 0 {
+            folded.push('/');
+            end += 1;
+        }
+        end += component.len();
+        folded.push_str(&fold_component(component));
+        out.push((&path[..end], folded.clone()));
+    }
+    out
 }
 
 #[cfg(test)]
