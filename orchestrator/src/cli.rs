@@ -1107,12 +1107,11 @@ fn push_cmd(
         print_json(&proposal)?;
         bail!("push needs a person's consent: pass --yes to push");
     }
+    if !yes && !std::io::stdin().is_terminal() {
+        bail!("push needs a person's consent: run it on a terminal, or pass --yes");
+    }
     if !yes {
-        // Shown even when there is no terminal to answer on, so what was refused is visible.
         print_proposal(&proposal);
-        if !std::io::stdin().is_terminal() {
-            bail!("push needs a person's consent: run it on a terminal, or pass --yes");
-        }
         loop {
             match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
                 None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),

@@ -61,19 +61,29 @@ fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
     run.staged()
 }
 
-/// `push` without `--yes`, answering `answer` on stdin.
-fn push_answering(g: &Golem, args: &[&str], answer: &str) -> Output {
-    let mut child = g
-        .cmd(args)
+/// `push` without `--yes` on a terminal (a pseudo-terminal from util-linux `script`), answering
+/// `answer`; returns everything the terminal showed.
+fn push_on_a_terminal(g: &Golem, id: &str, answer: &str) -> (String, bool) {
+    let command = format!("'{}' push {id}", env!("CARGO_BIN_EXE_golem-orch"));
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(g.project.path())
+        .env("GOLEM_HOME", &g.home)
+        .env_remove("GOLEM_POLICY_DIR")
+        .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn golem-orch");
+        .expect("spawn script (util-linux)");
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(answer.as_bytes());
     }
-    child.wait_with_output().expect("wait golem-orch")
+    let out: Output = child.wait_with_output().expect("wait for script");
+    (
+        String::from_utf8_lossy(&out.stdout).replace('\r', ""),
+        out.status.success(),
+    )
 }
 
 /// The JSON entry of `path` in a diff's or proposal's `files`.
@@ -152,9 +162,9 @@ fn a_worker_staging_ci_config_git_attributes_and_automation_is_flagged_in_diff_a
     assert_eq!(file(&v, "notes.md")["sensitive"], serde_json::json!([]));
 
     // The push prompt shows them before asking; answering no pushes nothing.
-    let out = push_answering(&g, &["push", &id], "n\n");
-    assert!(!out.status.success());
-    let prompt = stderr_text(&out);
+    let (prompt, pushed) = push_on_a_terminal(&g, &id, "n\n");
+    assert!(!pushed, "{prompt}");
+    assert!(prompt.contains("push it?"), "{prompt}");
     for path in SENSITIVE {
         let line = file_line(&prompt, path);
         assert!(line.contains("sensitive:"), "{path} not marked: {prompt}");
