@@ -240,17 +240,15 @@ fn body(path: &str, old: Option<&[u8]>, new: &[u8], sha256: &str) -> Body {
             || b.iter().filter(|&&c| c == b'\n').count() > MAX_DIFF_LINES
     };
     let binary = |b: &[u8]| b.contains(&0);
-    if binary(new) || old.is_some_and(binary) {
-        let which = if binary(new) {
-            ""
-        } else {
-            " (the branch's version)"
-        };
+    if binary(new) {
         return Body::Summary(format!(
-            "binary content: NUL bytes{which}; {} bytes, sha256 {sha256} (not shown)",
+            "binary content (NUL bytes), {} bytes, sha256 {sha256} (not shown)",
             new.len()
         ));
     }
+    // A binary version in the branch is not shown, but the staged text still is, in full.
+    let old_binary = old.is_some_and(binary);
+    let old = if old_binary { Some(&b""[..]) } else { old };
     if too_long(new) || old.is_some_and(too_long) {
         return Body::Summary(format!(
             "{} bytes, {} lines, sha256 {sha256}: too long to show",
@@ -261,7 +259,9 @@ fn body(path: &str, old: Option<&[u8]>, new: &[u8], sha256: &str) -> Body {
     let (new_text, _) = decode(new);
     let (old_text, _) = decode(old.unwrap_or_default());
     let diff = TextDiff::from_lines(&old_text, &new_text);
-    let old_name = if old.is_some() {
+    let old_name = if old_binary {
+        format!("a/{path} (binary in the branch, not shown)")
+    } else if old.is_some() {
         format!("a/{path}")
     } else {
         "/dev/null".to_string()
@@ -478,6 +478,13 @@ mod tests {
         assert!(
             s.contains("binary") && s.contains("9 bytes") && s.contains("abc123"),
             "{s}"
+        );
+        let Body::Text(t) = body("x.txt", Some(b"\x00old"), b"staged text\n", "h") else {
+            panic!("a binary branch version must not hide the staged text")
+        };
+        assert!(
+            t.contains("+staged text") && t.contains("binary in the branch"),
+            "{t}"
         );
     }
 
