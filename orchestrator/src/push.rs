@@ -290,6 +290,10 @@ pub fn execute(
         )?;
         return Err(err);
     }
+    if !colliding.is_empty() {
+        // The person overrode a refusal: the log says what they accepted.
+        audit.record(Some(id), "push.forced", json!({ "collisions": colliding }))?;
+    }
     let manifest = stage.manifest(id)?;
     let (commit, recovered) = match find_recovered(target, id)? {
         Some(oid) => (oid, true),

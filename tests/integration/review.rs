@@ -272,6 +272,18 @@ fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() 
             branch,
         ],
     );
+    let audit = g.audit();
+    assert!(
+        audit.iter().any(|r| r["event"] == "push.refused"
+            && r["data"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("README.MD"))),
+        "the refusal is audited"
+    );
+    assert!(
+        audit.iter().any(|r| r["event"] == "push.forced"),
+        "the override is audited"
+    );
     for name in [
         "README.MD",
         NFD_CAFE,
