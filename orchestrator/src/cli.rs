@@ -1033,7 +1033,7 @@ fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
     let diffs = golem_orch::diff::compute(&stage, &id, &manifest, &target, &t.only)?;
     if t.json.json {
         print_json(
-            &json!({ "staged": id, "repo": target.path, "branch": target.branch, "files": diffs }),
+            &json!({ "staged": id, "repo": target.path, "branch": target.branch, "summary": golem_orch::diff::summary(&diffs), "files": diffs }),
         )?;
     } else {
         out!("{}", golem_orch::diff::render(&diffs, color_wanted()));

@@ -160,6 +160,7 @@ fn a_worker_staging_ci_config_git_attributes_and_automation_is_flagged_in_diff_a
         );
     }
     assert_eq!(file(&v, "notes.md")["sensitive"], serde_json::json!([]));
+    assert_eq!(v["summary"], "4 sensitive paths", "{v}");
 
     // The push prompt shows them before asking; answering no pushes nothing.
     let (prompt, pushed) = push_on_a_terminal(&g, &id, "n\n");
