@@ -129,7 +129,8 @@ enum Command {
         /// Push without asking (required when not on a terminal).
         #[arg(long, short = 'y')]
         yes: bool,
-        /// Push even when the branch changed the same paths since the session read the repository.
+        /// Push even when the branch changed the same paths since the session read the repository,
+        /// or when a file is a look-alike of another path (case, NFC/NFD, trailing dots/spaces).
         #[arg(long)]
         force: bool,
         /// Then push the branch to this remote with your own git credentials.
@@ -183,7 +184,11 @@ against the hash the audit log recorded when it was staged: a tampered stage is 
 The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
 Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
 
-Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o.";
+Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o (with --json and no
+--yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
+attributes and hooks, build and environment files, #! scripts, golem's own files) are marked
+[sensitive: why]; look-alikes of other paths in the branch (differing only by case, Unicode
+normalisation or trailing dots/spaces) are marked [collides with ...] and refused unless --force.";
 
 /// Which repository, branch and files a diff or push is about.
 #[derive(Debug, Args)]
@@ -1068,7 +1073,7 @@ fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
     let diffs = golem_orch::diff::compute(&stage, &id, &manifest, &target, &t.only)?;
     if t.json.json {
         print_json(
-            &json!({ "staged": id, "repo": target.path, "branch": target.branch, "files": diffs }),
+            &json!({ "staged": id, "repo": target.path, "branch": target.branch, "summary": golem_orch::diff::summary(&diffs), "files": diffs }),
         )?;
     } else {
         // Colours are golem-orch's own, added after the content was rendered; the gate keeps
@@ -1097,11 +1102,15 @@ fn print_proposal(p: &golem_orch::push::Proposal) {
             _ => format!("+{added} -{removed}"),
         };
         errln!(
-            "  {}  {:<40}  {:>9}  {note}",
+            "  {}  {:<40}  {:>9}  {note}{}",
             f.change.mark(),
             line(&f.path),
-            human_bytes(f.size)
+            human_bytes(f.size),
+            line(&golem_orch::diff::marks(f))
         );
+    }
+    if let Some(summary) = golem_orch::diff::summary(&p.files) {
+        errln!("  !! {summary}: look at the marked files before you say yes");
     }
     if !p.conflicts.is_empty() {
         let conflicts: Vec<String> = p.conflicts.iter().map(|c| line(c)).collect();
@@ -1135,6 +1144,11 @@ fn push_cmd(
     let stage = Stage::new(home.staged_dir());
     let audit = Audit::new(home.audit_path());
     let proposal = golem_orch::push::propose(&stage, &audit, &id, &target, &t.only)?;
+    if !yes && t.json.json {
+        // A script asking without consent gets the proposal (marks included), and nothing moves.
+        print_json(&proposal)?;
+        bail!("push needs a person's consent: pass --yes to push");
+    }
     if !yes && !std::io::stdin().is_terminal() {
         bail!("push needs a person's consent: run it on a terminal, or pass --yes");
     }

@@ -2,8 +2,14 @@
 //! unified diff a person can read.
 //!
 //! Staged content is read through [`Stage::read_verified`], so a diff never shows bytes other
-//! than the ones that were staged. Binary and very long files are summarised, not dumped: the
-//! point of clearance is a review a person can actually do.
+//! than the ones that were staged. Very long files and content with NUL bytes are summarised
+//! (with size and sha256), not dumped: the point of clearance is a review a person can actually
+//! do. Text that is not valid UTF-8 is still shown, its invalid bytes escaped as `\xNN`, because
+//! "binary content" would hide readable text from the reviewer.
+//!
+//! Each file is also marked when it matters once pushed (see [`crate::sensitive`]) or is a
+//! look-alike of another path in the branch or the stage, so a reviewer is told, not left to spot
+//! `.github/workflows/` or `README.MD` in a long list.
 
 use std::fmt::Write as _;
 
@@ -11,6 +17,7 @@ use serde::Serialize;
 use similar::TextDiff;
 
 use crate::extract::ExtractedFile;
+use crate::sensitive;
 use crate::stage::{Manifest, Stage, StageError};
 use crate::target::{Target, TargetError};
 
@@ -55,6 +62,14 @@ pub struct FileDiff {
     pub size: u64,
     /// The unified diff, or why there is none.
     pub body: Body,
+    /// Why this path matters once pushed (CI, git behaviour, automation, scripts); empty when
+    /// it is inert.
+    pub sensitive: Vec<String>,
+    /// Paths in the branch or the stage that are look-alikes of this one (case, NFC/NFD,
+    /// trailing dots or spaces), or of one of its directories; push refuses these unless forced.
+    pub collides_with: Vec<String>,
+    /// How many bytes of the staged content are not valid UTF-8 (shown as `\xNN` in the diff).
+    pub invalid_utf8_bytes: usize,
 }
 
 /// The readable part of a file's diff.
@@ -131,10 +146,22 @@ pub fn compute(
         ),
         None => None,
     };
+    let selected = select(manifest, only)?;
+    let repo_paths: Vec<String> = selected.iter().map(|f| target.repo_path(&f.path)).collect();
+    let mut collisions = {
+        let existing = match &tree {
+            Some(t) => tree_paths(t)?,
+            None => Vec::new(),
+        };
+        let staged: Vec<&str> = repo_paths.iter().map(String::as_str).collect();
+        sensitive::collisions(&staged, existing)
+            .into_iter()
+            .map(|(p, others)| (p.to_string(), others))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
     let mut out = Vec::new();
-    for file in select(manifest, only)? {
+    for (file, path) in selected.into_iter().zip(repo_paths) {
         let new = stage.read_verified(id, file)?;
-        let path = target.repo_path(&file.path);
         let old = match &tree {
             Some(t) => match t.get_path(std::path::Path::new(&path)) {
                 Ok(entry) => Some(
@@ -156,10 +183,17 @@ pub fn compute(
         };
         let body = match change {
             Change::Unchanged => Body::None,
-            _ => body(&path, old.as_deref(), &new),
+            _ => body(&path, old.as_deref(), &new, &file.sha256),
         };
+        let invalid_utf8_bytes = if new.contains(&0) { 0 } else { decode(&new).1 };
         out.push(FileDiff {
             staged_path: file.path.clone(),
+            sensitive: sensitive::classify(&path, &new)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+            collides_with: collisions.remove(&path).unwrap_or_default(),
+            invalid_utf8_bytes,
             path,
             change,
             size: file.size,
@@ -169,30 +203,65 @@ pub fn compute(
     Ok(out)
 }
 
-fn as_text(bytes: &[u8]) -> Option<&str> {
-    if bytes.contains(&0) {
-        return None;
-    }
-    std::str::from_utf8(bytes).ok()
+/// Every path in `tree` that is not a directory (files, links, submodules), for look-alike checks.
+fn tree_paths(tree: &git2::Tree<'_>) -> Result<Vec<String>, TargetError> {
+    let mut paths = Vec::new();
+    tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+        if entry.kind() != Some(git2::ObjectType::Tree) {
+            paths.push(format!(
+                "{root}{}",
+                String::from_utf8_lossy(entry.name_bytes())
+            ));
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(TargetError::git("listing the branch's files"))?;
+    Ok(paths)
 }
 
-fn body(path: &str, old: Option<&[u8]>, new: &[u8]) -> Body {
+/// The bytes as text, with every byte that is not part of valid UTF-8 written as `\xNN`, and how
+/// many such bytes there were. Nothing is dropped: a reviewer sees every readable character.
+pub fn decode(bytes: &[u8]) -> (String, usize) {
+    let mut text = String::with_capacity(bytes.len());
+    let mut invalid = 0;
+    for chunk in bytes.utf8_chunks() {
+        text.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            let _ = write!(text, "\\x{b:02x}");
+            invalid += 1;
+        }
+    }
+    (text, invalid)
+}
+
+fn body(path: &str, old: Option<&[u8]>, new: &[u8], sha256: &str) -> Body {
     let too_long = |b: &[u8]| {
         b.len() as u64 > MAX_DIFF_BYTES
             || b.iter().filter(|&&c| c == b'\n').count() > MAX_DIFF_LINES
     };
-    let (Some(new_text), Some(old_text)) = (as_text(new), old.map_or(Some(""), as_text)) else {
-        return Body::Summary(format!("binary content, {} bytes (not shown)", new.len()));
-    };
-    if too_long(new) || old.is_some_and(too_long) {
+    let binary = |b: &[u8]| b.contains(&0);
+    if binary(new) {
         return Body::Summary(format!(
-            "{} bytes, {} lines: too long to show",
-            new.len(),
-            new_text.lines().count()
+            "binary content (NUL bytes), {} bytes, sha256 {sha256} (not shown)",
+            new.len()
         ));
     }
-    let diff = TextDiff::from_lines(old_text, new_text);
-    let old_name = if old.is_some() {
+    // A binary version in the branch is not shown, but the staged text still is, in full.
+    let old_binary = old.is_some_and(binary);
+    let old = if old_binary { Some(&b""[..]) } else { old };
+    if too_long(new) || old.is_some_and(too_long) {
+        return Body::Summary(format!(
+            "{} bytes, {} lines, sha256 {sha256}: too long to show",
+            new.len(),
+            new.split(|&c| c == b'\n').count()
+        ));
+    }
+    let (new_text, _) = decode(new);
+    let (old_text, _) = decode(old.unwrap_or_default());
+    let diff = TextDiff::from_lines(&old_text, &new_text);
+    let old_name = if old_binary {
+        format!("a/{path} (binary in the branch, not shown)")
+    } else if old.is_some() {
         format!("a/{path}")
     } else {
         "/dev/null".to_string()
@@ -216,20 +285,23 @@ pub fn render(diffs: &[FileDiff], color: bool) -> String {
         }
     };
     let mut out = String::new();
+    let summary = summary(diffs);
+    if let Some(s) = &summary {
+        let _ = writeln!(out, "{}", paint("1;33", &format!("!! {s} (marked below)")));
+    }
     for d in diffs {
         let what = match d.change {
             Change::Added => "added",
             Change::Modified => "modified",
             Change::Unchanged => "unchanged",
         };
-        let _ = writeln!(
-            out,
-            "{}",
-            paint(
-                "1",
-                &format!("{} {} ({what}, {} bytes)", d.change.mark(), d.path, d.size)
-            )
-        );
+        let line = crate::container::neutralise(&format!(
+            "{} {} ({what}, {} bytes)",
+            d.change.mark(),
+            d.path,
+            d.size
+        ));
+        let _ = writeln!(out, "{}{}", paint("1", &line), paint("1;33", &marks(d)));
         match &d.body {
             Body::Text(t) => {
                 for line in t.lines() {
@@ -254,7 +326,65 @@ pub fn render(diffs: &[FileDiff], color: bool) -> String {
             Body::None => {}
         }
     }
+    if let Some(s) = &summary {
+        if diffs.len() > 1 {
+            let _ = writeln!(out, "{}", paint("1;33", &format!("!! {s}")));
+        }
+    }
     out
+}
+
+/// The warnings for one file's line, each in brackets after two spaces (empty when none):
+/// `  [sensitive: CI configuration: runs on push]  [collides with README.md: differs only in case]`.
+/// Branch paths named here are escaped like any other untrusted text.
+pub fn marks(d: &FileDiff) -> String {
+    let mut out = String::new();
+    if !d.sensitive.is_empty() {
+        let _ = write!(out, "  [sensitive: {}]", d.sensitive.join("; "));
+    }
+    for other in &d.collides_with {
+        let how = sensitive::difference(&d.path, other);
+        let _ = write!(out, "  [collides with {other}: {how}]");
+    }
+    if d.invalid_utf8_bytes > 0 {
+        let _ = write!(
+            out,
+            "  [not valid UTF-8: {} byte(s) shown as \\xNN]",
+            d.invalid_utf8_bytes
+        );
+    }
+    crate::container::neutralise(&out)
+}
+
+/// One line counting what a reviewer must look at ("3 sensitive paths, 1 collision"), or `None`
+/// when nothing is marked.
+pub fn summary(diffs: &[FileDiff]) -> Option<String> {
+    let count = |n: usize, one: &str, many: &str| match n {
+        0 => None,
+        1 => Some(format!("1 {one}")),
+        n => Some(format!("{n} {many}")),
+    };
+    let parts: Vec<String> = [
+        count(
+            diffs.iter().filter(|d| !d.sensitive.is_empty()).count(),
+            "sensitive path",
+            "sensitive paths",
+        ),
+        count(
+            diffs.iter().filter(|d| !d.collides_with.is_empty()).count(),
+            "collision",
+            "collisions",
+        ),
+        count(
+            diffs.iter().filter(|d| d.invalid_utf8_bytes > 0).count(),
+            "file with invalid UTF-8",
+            "files with invalid UTF-8",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// Counts of added and removed lines, for summaries.
@@ -281,25 +411,33 @@ mod tests {
 
     #[test]
     fn bodies_diff_text_and_summarise_binary_or_long_content() {
-        let Body::Text(t) = body("a.md", Some(b"one\ntwo\n"), b"one\nthree\n") else {
+        let Body::Text(t) = body("a.md", Some(b"one\ntwo\n"), b"one\nthree\n", "h") else {
             panic!()
         };
         assert!(
             t.contains("--- a/a.md") && t.contains("-two") && t.contains("+three"),
             "{t}"
         );
-        let Body::Text(t) = body("new.md", None, b"hello\n") else {
+        let Body::Text(t) = body("new.md", None, b"hello\n", "h") else {
             panic!()
         };
         assert!(t.contains("--- /dev/null") && t.contains("+hello"), "{t}");
-        assert!(matches!(body("b.bin", None, b"\x00\x01"), Body::Summary(_)));
         assert!(matches!(
-            body("c.txt", None, &vec![b'x'; (MAX_DIFF_BYTES + 1) as usize]),
+            body("b.bin", None, b"\x00\x01", "h"),
+            Body::Summary(_)
+        ));
+        assert!(matches!(
+            body(
+                "c.txt",
+                None,
+                &vec![b'x'; (MAX_DIFF_BYTES + 1) as usize],
+                "h"
+            ),
             Body::Summary(_)
         ));
         let many = "l\n".repeat(MAX_DIFF_LINES + 1);
         assert!(matches!(
-            body("d.txt", None, many.as_bytes()),
+            body("d.txt", None, many.as_bytes(), "h"),
             Body::Summary(_)
         ));
     }
@@ -311,7 +449,10 @@ mod tests {
             path: "x".into(),
             change: Change::Added,
             size: 1,
-            body: body("x", None, b"\x1b]0;owned\x07\n"),
+            body: body("x", None, b"\x1b]0;owned\x07\n", "h"),
+            sensitive: Vec::new(),
+            collides_with: Vec::new(),
+            invalid_utf8_bytes: 0,
         };
         let plain = render(std::slice::from_ref(&d), false);
         assert!(
@@ -319,5 +460,72 @@ mod tests {
             "{plain}"
         );
         assert!(render(&[d], true).contains("\x1b[32m"));
+    }
+
+    #[test]
+    fn invalid_utf8_is_shown_escaped_and_only_nul_bytes_make_content_binary() {
+        assert_eq!(
+            decode(b"wire \xff\xfe to 666 caf\xc3\xa9 \xc3"),
+            ("wire \\xff\\xfe to 666 caf\u{e9} \\xc3".to_string(), 3)
+        );
+        let Body::Text(t) = body("l.txt", Some(b"old \x80\n"), b"new \xff\n", "h") else {
+            panic!("invalid UTF-8 must not hide text")
+        };
+        assert!(t.contains("-old \\x80") && t.contains("+new \\xff"), "{t}");
+        let Body::Summary(s) = body("b.bin", None, b"text\x00more", "abc123") else {
+            panic!()
+        };
+        assert!(
+            s.contains("binary") && s.contains("9 bytes") && s.contains("abc123"),
+            "{s}"
+        );
+        let Body::Text(t) = body("x.txt", Some(b"\x00old"), b"staged text\n", "h") else {
+            panic!("a binary branch version must not hide the staged text")
+        };
+        assert!(
+            t.contains("+staged text") && t.contains("binary in the branch"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn file_lines_carry_marks_and_the_summary_counts_them() {
+        let file = |path: &str, sensitive: &[&str], collides: &[&str], invalid| FileDiff {
+            staged_path: path.into(),
+            path: path.into(),
+            change: Change::Added,
+            size: 1,
+            body: Body::None,
+            sensitive: sensitive.iter().map(|s| s.to_string()).collect(),
+            collides_with: collides.iter().map(|s| s.to_string()).collect(),
+            invalid_utf8_bytes: invalid,
+        };
+        let diffs = [
+            file("Makefile", &["build automation: runs commands"], &[], 0),
+            file(".envrc", &["environment: direnv runs it on cd"], &[], 0),
+            file("README.MD", &[], &["README.md"], 0),
+            file("l.txt", &[], &[], 2),
+            file("plain.md", &[], &[], 0),
+        ];
+        assert_eq!(
+            summary(&diffs).as_deref(),
+            Some("2 sensitive paths, 1 collision, 1 file with invalid UTF-8")
+        );
+        assert_eq!(summary(&diffs[4..]), None);
+        let text = render(&diffs, false);
+        assert!(text.starts_with("!! 2 sensitive paths"), "{text}");
+        assert!(
+            text.contains(
+                "A Makefile (added, 1 bytes)  [sensitive: build automation: runs commands]"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "A README.MD (added, 1 bytes)  [collides with README.md: differs only in case]"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("A plain.md (added, 1 bytes)\n"), "{text}");
     }
 }

@@ -22,6 +22,7 @@ pub mod policy;
 pub mod push;
 pub mod render;
 pub mod secret;
+pub mod sensitive;
 pub mod session;
 pub mod stage;
 pub mod target;

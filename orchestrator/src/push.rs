@@ -61,6 +61,14 @@ pub enum PushError {
         /// Paths changed on both sides.
         paths: Vec<String>,
     },
+    /// A file the push would write is a look-alike of another path in the branch or the stage
+    /// (case, NFC/NFD, trailing dots or spaces): on a case-insensitive or normalising checkout
+    /// they become one file, so one silently replaces or shadows the other.
+    #[error("look-alike paths (one file on case-insensitive or Unicode-normalising checkouts): {}; rename them, or review and retry with --force", .pairs.iter().flat_map(|(p, o)| o.iter().map(move |o| format!("{p} vs {o} [{}]", crate::sensitive::difference(p, o)))).collect::<Vec<_>>().join("; "))]
+    Collision {
+        /// Each written path and the paths it collides with.
+        pairs: Vec<(String, Vec<String>)>,
+    },
     /// The branch moved between checking and committing.
     #[error("branch {0} moved while pushing; nothing was changed, retry")]
     BranchMoved(String),
@@ -103,7 +111,7 @@ pub struct Request {
     pub only: Vec<String>,
     /// Commit message summary.
     pub message: Option<String>,
-    /// Push despite conflicts.
+    /// Push despite conflicts and look-alike paths (the person has reviewed them).
     pub force: bool,
     /// Also push the branch to this remote.
     pub remote: Option<String>,
@@ -224,6 +232,16 @@ fn conflicts(
         .collect())
 }
 
+/// The files a push would write that are look-alikes of other paths, with those paths.
+pub fn collisions(proposal: &Proposal) -> Vec<(String, Vec<String>)> {
+    proposal
+        .files
+        .iter()
+        .filter(|f| f.change != Change::Unchanged && !f.collides_with.is_empty())
+        .map(|f| (f.path.clone(), f.collides_with.clone()))
+        .collect()
+}
+
 /// Makes the commit, moves the branch, optionally pushes to a remote, and marks the stage pushed.
 ///
 /// Holds the stage lock throughout, so two pushes of one staged commit cannot both commit. If an
@@ -255,6 +273,20 @@ pub fn execute(
             json!({ "reason": err.to_string() }),
         )?;
         return Err(err);
+    }
+    let colliding = collisions(&proposal);
+    if !colliding.is_empty() && !force {
+        let err = PushError::Collision { pairs: colliding };
+        audit.record(
+            Some(id),
+            "push.refused",
+            json!({ "reason": err.to_string() }),
+        )?;
+        return Err(err);
+    }
+    if !colliding.is_empty() {
+        // The person overrode a refusal: the log says what they accepted.
+        audit.record(Some(id), "push.forced", json!({ "collisions": colliding }))?;
     }
     // Verified again, not just re-read: the bytes committed are checked against this manifest.
     let manifest = verified_manifest(stage, audit, id)?;

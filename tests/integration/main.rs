@@ -12,6 +12,7 @@ mod documents;
 mod harness;
 mod intake_races;
 mod policy_narrowing;
+mod review;
 mod session;
 mod state_dir;
 mod terminal;

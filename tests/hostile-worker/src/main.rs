@@ -67,6 +67,8 @@ modes:
   say TEXT...         print each TEXT raw (escape sequences and all) to stdout and stderr, and
                       write /output/ok.txt: a worker attacking the terminal of whoever reads
                       its logs
+  files PATH HEX...   write each PATH under /output (parents created) with the bytes HEX encodes,
+                      to stage files a reviewer must be warned about (CI config, look-alikes)
 environment: HOSTILE_OUTPUT_DIR (default /output), HOSTILE_INPUT_DIR (default /input),
   HOSTILE_WORKER_ALLOW_HOST=1 to run the dangerous modes outside a container.
 ";
@@ -157,6 +159,7 @@ fn main() -> ExitCode {
         ("procs", None) => procs(),
         ("forge-archive", None) => forge_archive(),
         ("say", Some(_)) => say(&args[1..]),
+        ("files", Some(_)) if !args.len().is_multiple_of(2) => files(&args[1..]),
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
             println!("exec-ok");
@@ -1518,4 +1521,40 @@ fn say(texts: &[String]) -> i32 {
             1
         }
     }
+}
+
+/// Writes each `PATH HEX` pair under /output, creating parent directories: the content is hex so
+/// a test can stage any bytes (invalid UTF-8 included) under any name the extractor accepts.
+fn files(pairs: &[String]) -> i32 {
+    let out = output_dir();
+    let mut s = Steps::new("files");
+    for pair in pairs.chunks(2) {
+        let [path, hex] = pair else { continue };
+        let target = out.join(path);
+        let bytes = decode_hex(hex);
+        let written = bytes.and_then(|b| {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::write(&target, b)
+        });
+        s.record(path, written);
+    }
+    s.finish();
+    0
+}
+
+fn decode_hex(hex: &str) -> io::Result<Vec<u8>> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, "content is not hex");
+    if !hex.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(bad)
+        })
+        .collect()
 }
