@@ -59,6 +59,7 @@ impl Home {
         for dir in [home.sessions_dir(), home.staged_dir()] {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
+        home.mark()?;
         Ok(home)
     }
 
@@ -92,6 +93,26 @@ impl Home {
     /// The append-only audit log.
     pub fn audit_path(&self) -> PathBuf {
         self.root.join("audit.jsonl")
+    }
+}
+
+/// The file that marks a directory as a golem-orch state directory, whatever its name, so a
+/// session that mounts a repository can find and hide every one inside it
+/// (`session::state_dirs_in`).
+pub const STATE_MARKER: &str = ".golem-orch-state";
+
+impl Home {
+    /// Writes [`STATE_MARKER`] once; its content is only a note for a person.
+    fn mark(&self) -> Result<(), HomeError> {
+        let path = self.root.join(STATE_MARKER);
+        if !path.exists() {
+            std::fs::write(
+                &path,
+                "golem-orch state directory; hidden from every worker\n",
+            )
+            .map_err(|source| HomeError::Io { path, source })?;
+        }
+        Ok(())
     }
 }
 

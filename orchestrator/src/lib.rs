@@ -24,4 +24,6 @@ pub mod session;
 pub mod stage;
 pub mod target;
 pub mod units;
+pub mod worker_uid;
 pub mod workers;
+pub mod workspace;
