@@ -218,15 +218,6 @@ fn workspace_mount(plan: &ContainerPlan, w: &crate::plan::WorkspaceMount) -> Mou
     }
 }
 
-/// Removes the project's workspace volume unless another session still uses it (the engine
-/// refuses then, which is fine: the last session to finish removes it). Only the mount recipe
-/// goes; the files live in the workspace directory.
-pub async fn remove_workspace_volume(docker: &Docker, name: &str) {
-    let _ = docker
-        .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-        .await;
-}
-
 /// Creates a container under a fixed name.
 pub async fn create(
     docker: &Docker,

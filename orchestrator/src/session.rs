@@ -578,8 +578,9 @@ pub async fn run_resolved(
         // The worker is gone (removed, or stopped and kept): nothing setuid, setgid or special
         // that it made survives in the workspace.
         let ws = home.workspace_dir();
-        container::remove_workspace_volume(docker, &workspace::Overlay::for_workspace(&ws).volume)
-            .await;
+        // Refused while another session of the project still uses it; the last one removes it.
+        let _ =
+            container::remove_volume(docker, &workspace::Overlay::for_workspace(&ws).volume).await;
         let scrubbed = workspace::scrub(&ws, None).map_err(io(&ws))?;
         audit.record(
             Some(&id),

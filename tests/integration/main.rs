@@ -10,6 +10,7 @@ mod clearance;
 mod crashes;
 mod documents;
 mod harness;
+mod host_users;
 mod policy_narrowing;
 mod session;
 mod workers;
