@@ -66,7 +66,22 @@ fn the_hosts_nobody_cannot_reach_a_running_workers_output_or_input() {
     );
     let label = format!("label=golem.home={}", g.home.display());
     let id = docker_lines(&["ps", "-q", "--filter", &label]).remove(0);
-    let pid = docker_lines(&["inspect", "-f", "{{.State.Pid}}", &id]).remove(0);
+    let init = docker_lines(&["inspect", "-f", "{{.State.Pid}}", &id]).remove(0);
+    // The init makes itself undumpable; the worker, its child, is what a host user would aim at.
+    let children = format!("/proc/{init}/task/{init}/children");
+    let mut pid = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            pid = std::fs::read_to_string(&children)
+                .unwrap_or_default()
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            !pid.is_empty()
+        }),
+        "the init never started the worker"
+    );
 
     // The host's nobody tries to plant a file in /output and to read the private input.
     let attack = format!(
