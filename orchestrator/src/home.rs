@@ -106,11 +106,18 @@ impl Home {
     fn mark(&self) -> Result<(), HomeError> {
         let path = self.root.join(STATE_MARKER);
         if !path.exists() {
-            std::fs::write(
-                &path,
-                "golem-orch state directory; hidden from every worker\n",
-            )
-            .map_err(|source| HomeError::Io { path, source })?;
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| {
+                    f.write_all(b"golem-orch state directory; hidden from every worker\n")
+                })
+                .map_err(|source| HomeError::Io { path, source })?;
         }
         Ok(())
     }

@@ -578,9 +578,23 @@ pub async fn run_resolved(
         // The worker is gone (removed, or stopped and kept): nothing setuid, setgid or special
         // that it made survives in the workspace.
         let ws = home.workspace_dir();
-        // Refused while another session of the project still uses it; the last one removes it.
-        let _ =
-            container::remove_volume(docker, &workspace::Overlay::for_workspace(&ws).volume).await;
+        // Only the mount recipe goes (the files stay in the workspace directory), and only when
+        // no other session of the project uses it: the last one to finish removes it.
+        let volume = workspace::Overlay::for_workspace(&ws).volume;
+        let filters = std::collections::HashMap::from([("volume", vec![volume.as_str()])]);
+        let users = docker
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map(|l| l.len())
+            .unwrap_or(1);
+        if users == 0 {
+            let _ = container::remove_volume(docker, &volume).await;
+        }
         let scrubbed = workspace::scrub(&ws, None).map_err(io(&ws))?;
         audit.record(
             Some(&id),
