@@ -402,7 +402,14 @@ impl fmt::Display for ContainerPlan {
             "init       golem-worker init: kills leftovers, streams {} as tar",
             self.output.target
         )?;
-        writeln!(f, "user       {}", self.user)?;
+        if self.user == crate::policy::PER_SESSION_USER {
+            writeln!(
+                f,
+                "user       per-session (a uid/gid no host account has, chosen at start)"
+            )?;
+        } else {
+            writeln!(f, "user       {}", self.user)?;
+        }
         writeln!(f, "network    {}", self.network.as_str())?;
         writeln!(
             f,
@@ -448,12 +455,11 @@ impl fmt::Display for ContainerPlan {
         )?;
         writeln!(
             f,
-            "  {:<11} rw  tmpfs, {} max, {} inodes max, owner {}:{}",
+            "  {:<11} rw  tmpfs, {} max, {} inodes max, owner {} (mode 0700)",
             self.output.target,
             crate::units::Size(self.output.size_bytes),
             self.output.max_inodes,
-            self.output.uid,
-            self.output.gid
+            self.user
         )?;
         for (path, opts) in &self.tmpfs {
             writeln!(f, "  {path:<11} rw  tmpfs {opts}")?;
