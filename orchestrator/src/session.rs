@@ -757,6 +757,11 @@ async fn steps(
     if root {
         // The input copy is the session's: readable by its worker, nobody else's uid.
         workspace::scrub(&input, Some(user)).map_err(io(&input))?;
+    } else {
+        // Not root: the worker's uid can only read the copy through "other" permissions. The
+        // copy lies in the session's directory inside the state directory, which other host
+        // users cannot traverse, so only the bind mount reaches it.
+        workspace::open_to_others(&input).map_err(io(&input))?;
     }
     if opts.policy.mounts.workspace != crate::policy::Access::None {
         // A crashed earlier session may have left set-id or special files; as root, the tree

@@ -294,6 +294,27 @@ fn walk(dir: &OwnedFd, prefix: &str, owner: Option<SessionUser>, depth: usize, o
     }
 }
 
+/// Makes a tree golem-orch itself just wrote (the input copy) readable by any uid: directories
+/// 0755, files 0644, links untouched and never followed. Used when golem-orch cannot chown the
+/// copy to the session's uid; the tree's parent must keep other host users out.
+pub fn open_to_others(root: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o644))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +349,26 @@ mod tests {
         );
         assert!(!ws.join("fifo").exists());
         assert!(scrub(&ws, None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_input_copy_is_opened_to_the_workers_uid_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("input");
+        std::fs::create_dir_all(input.join("d")).unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "x").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(input.join("d/doc"), "x").unwrap();
+        std::fs::set_permissions(input.join("d/doc"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::set_permissions(input.join("d"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&secret, input.join("link")).unwrap();
+        open_to_others(&input).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&input.join("d")), 0o755);
+        assert_eq!(mode(&input.join("d/doc")), 0o644);
+        assert_eq!(mode(&secret), 0o600, "a link's target is never touched");
     }
 
     #[test]
