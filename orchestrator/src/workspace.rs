@@ -23,9 +23,10 @@ use sha2::{Digest, Sha256};
 
 use crate::worker_uid::SessionUser;
 
-/// Deepest directory the scrub descends into; deeper trees are reported, not followed, so a
-/// hostile tree cannot exhaust descriptors or the stack.
-const MAX_DEPTH: usize = 128;
+/// How many directories the scrub holds open at once (and recurses into). A deeper directory is
+/// set aside and reached again later from the root, one `O_NOFOLLOW` component at a time, so a
+/// hostile tree of any depth is scrubbed whole without exhausting descriptors or the stack.
+const MAX_DEPTH: usize = 64;
 /// Most scrubbed entries kept by name in a record (the count is always exact).
 const MAX_LISTED: usize = 1000;
 
@@ -113,18 +114,21 @@ impl Scrubbed {
 /// followed (they are only re-owned, with `AT_SYMLINK_NOFOLLOW`).
 pub fn scrub(root: &Path, owner: Option<SessionUser>) -> std::io::Result<Scrubbed> {
     let c = cstring(root.as_os_str())?;
-    // SAFETY: `c` is a valid NUL-terminated path; the returned fd is owned below.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
+    let open_root = || {
+        // SAFETY: `c` is a valid NUL-terminated path; the returned fd is owned below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is owned by nobody else.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+    let dir = open_root()?;
     let mut out = Scrubbed::default();
     if let Some(o) = owner {
         // SAFETY: `dir` is a valid open descriptor.
@@ -133,8 +137,47 @@ pub fn scrub(root: &Path, owner: Option<SessionUser>) -> std::io::Result<Scrubbe
             Scrubbed::note(&mut out.failed, &mut out.count, format!(".: {e}"));
         }
     }
-    walk(&dir, "", owner, 0, &mut out);
+    let mut deferred = Vec::new();
+    walk(&dir, &[], owner, 0, &mut out, &mut deferred);
+    drop(dir);
+    // Directories past MAX_DEPTH: reopened from the root, component by component, never
+    // following a link, then walked with a fresh budget (deeper ones are set aside again).
+    while let Some(components) = deferred.pop() {
+        let shown = show(&components);
+        let mut fd = open_root()?;
+        let mut reached = true;
+        for name in &components {
+            // SAFETY: `fd` is open and `name` NUL-terminated; the result is owned below.
+            let next = unsafe {
+                libc::openat(
+                    fd.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if next < 0 {
+                let e = std::io::Error::last_os_error();
+                Scrubbed::note(&mut out.failed, &mut out.count, format!("{shown}: {e}"));
+                reached = false;
+                break;
+            }
+            // SAFETY: just opened, owned by nobody else.
+            fd = unsafe { OwnedFd::from_raw_fd(next) };
+        }
+        if reached {
+            walk(&fd, &components, owner, 0, &mut out, &mut deferred);
+        }
+    }
     Ok(out)
+}
+
+/// A workspace-relative path for the record (lossy UTF-8).
+fn show(components: &[CString]) -> String {
+    components
+        .iter()
+        .map(|c| String::from_utf8_lossy(c.to_bytes()))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 fn cstring(s: &OsStr) -> std::io::Result<CString> {
@@ -165,16 +208,26 @@ fn names(dir: &OwnedFd) -> std::io::Result<Vec<CString>> {
         .collect()
 }
 
-fn walk(dir: &OwnedFd, prefix: &str, owner: Option<SessionUser>, depth: usize, out: &mut Scrubbed) {
+fn walk(
+    dir: &OwnedFd,
+    path: &[CString],
+    owner: Option<SessionUser>,
+    depth: usize,
+    out: &mut Scrubbed,
+    deferred: &mut Vec<Vec<CString>>,
+) {
     let entries = match names(dir) {
         Ok(n) => n,
         Err(e) => {
-            Scrubbed::note(&mut out.failed, &mut out.count, format!("{prefix}.: {e}"));
+            let shown = show(path);
+            Scrubbed::note(&mut out.failed, &mut out.count, format!("{shown}/.: {e}"));
             return;
         }
     };
     for name in entries {
-        let shown = format!("{prefix}{}", String::from_utf8_lossy(name.to_bytes()));
+        let mut child = path.to_vec();
+        child.push(name.clone());
+        let shown = show(&child);
         let fail = |out: &mut Scrubbed, e: std::io::Error| {
             Scrubbed::note(&mut out.failed, &mut out.count, format!("{shown}: {e}"));
         };
@@ -220,10 +273,6 @@ fn walk(dir: &OwnedFd, prefix: &str, owner: Option<SessionUser>, depth: usize, o
             continue;
         }
         let is_dir = kind == libc::S_IFDIR;
-        if is_dir && depth >= MAX_DEPTH {
-            fail(out, std::io::Error::other("too deep; not scrubbed"));
-            continue;
-        }
         let flags = libc::O_NOFOLLOW
             | libc::O_CLOEXEC
             | libc::O_NONBLOCK
@@ -289,7 +338,12 @@ fn walk(dir: &OwnedFd, prefix: &str, owner: Option<SessionUser>, depth: usize, o
             }
         }
         if is_dir {
-            walk(&fd, &format!("{shown}/"), owner, depth + 1, out);
+            if depth + 1 >= MAX_DEPTH {
+                drop(fd);
+                deferred.push(child);
+            } else {
+                walk(&fd, &child, owner, depth + 1, out, deferred);
+            }
         }
     }
 }
@@ -349,6 +403,24 @@ mod tests {
         );
         assert!(!ws.join("fifo").exists());
         assert!(scrub(&ws, None).unwrap().is_empty());
+
+        // A tree far deeper than the scrub holds open is scrubbed to its bottom.
+        let mut deep = ws.clone();
+        for _ in 0..3 * MAX_DEPTH + 5 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("helper"), "x").unwrap();
+        std::fs::set_permissions(deep.join("helper"), std::fs::Permissions::from_mode(0o4755))
+            .unwrap();
+        let fifo = cstring(deep.join("fifo").as_os_str()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let s = scrub(&ws, None).unwrap();
+        assert!(s.failed.is_empty(), "{s:?}");
+        assert_eq!((s.setid_cleared.len(), s.special_removed.len()), (1, 1));
+        assert_eq!(mode(&deep.join("helper")), 0o755);
+        assert!(!deep.join("fifo").exists());
     }
 
     #[test]
