@@ -24,5 +24,5 @@ pub fn assert_never_wider(base: &Policy, p: &Policy) {
     assert!(p.env.pass.iter().all(|v| base.env.pass.contains(v)), "env.pass widened");
     assert_eq!(p.runtime, base.runtime, "runtime changed");
     assert_eq!(p.user, base.user, "user changed");
-    assert_ne!(p.uid_gid().0, 0);
+    assert!(p.fixed_user().is_none_or(|(u, g)| u != 0 && g != 0));
 }

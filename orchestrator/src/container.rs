@@ -101,6 +101,9 @@ pub fn worker_body(plan: &ContainerPlan) -> ContainerCreateBody {
         ..Default::default()
     };
     let mut mounts: Vec<Mount> = plan.binds.iter().map(bind).collect();
+    if let Some(w) = &plan.workspace {
+        mounts.push(workspace_mount(plan, w));
+    }
     mounts.push(bind(&plan.init));
     mounts.extend(plan.masks.iter().map(|target| Mount {
         target: Some(target.clone()),
@@ -186,6 +189,31 @@ pub fn worker_body(plan: &ContainerPlan) -> ContainerCreateBody {
             ..Default::default()
         }),
         host_config: Some(host),
+        ..Default::default()
+    }
+}
+
+/// The workspace as a `local`-driver overlay volume: the daemon creates it on first use with
+/// these options (so no separate create can race a removal) and mounts it `nosuid,nodev`.
+fn workspace_mount(plan: &ContainerPlan, w: &crate::plan::WorkspaceMount) -> Mount {
+    let mut labels = labels_with_role(plan, "workspace");
+    // One volume serves every session of the project: it belongs to none of them.
+    labels.remove(crate::engine::LABEL_SESSION);
+    labels.remove(crate::engine::LABEL_OWNER);
+    Mount {
+        target: Some(w.target.clone()),
+        source: Some(w.overlay.volume.clone()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(w.read_only),
+        volume_options: Some(bollard::models::MountVolumeOptions {
+            no_copy: Some(true),
+            labels: Some(labels),
+            driver_config: Some(bollard::models::MountVolumeOptionsDriverConfig {
+                name: Some("local".into()),
+                options: Some(w.overlay.driver_options().into_iter().collect()),
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -408,6 +436,11 @@ mod tests {
                 state: "/h/.golem".into(),
                 task: None,
                 init: "/h/.golem/bin/golem-init-x".into(),
+                user: Some(crate::worker_uid::SessionUser {
+                    uid: 1_610_612_737,
+                    gid: 1_610_612_737,
+                }),
+                other_states: vec![],
             },
             &Command {
                 image: "img".into(),
@@ -461,6 +494,14 @@ mod tests {
             (init.typ, init.read_only),
             (Some(MountType::BIND), Some(true))
         );
+        let ws = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/workspace"))
+            .unwrap();
+        assert_eq!(ws.typ, Some(MountType::VOLUME), "a bind cannot be nosuid");
+        let driver = ws.volume_options.clone().unwrap().driver_config.unwrap();
+        assert!(driver.options.unwrap()["o"].starts_with("nosuid,nodev,"));
+        assert_eq!(body.user.as_deref(), Some("1610612737:1610612737"));
         let output = &host.tmpfs.unwrap()["/output"];
         assert!(
             output.contains("size=") && output.contains("nr_inodes="),

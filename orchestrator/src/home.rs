@@ -75,6 +75,7 @@ impl Home {
             create_private_dir(&dir).map_err(io(&dir))?;
         }
         home.token = Some(crate::secret::load_or_create(&home.token_path())?);
+        home.mark()?;
         Ok(home)
     }
 
@@ -145,6 +146,33 @@ impl Home {
             if std::fs::symlink_metadata(&path).is_ok() {
                 check_owned(&path, dir)?;
             }
+        }
+        Ok(())
+    }
+}
+
+/// The file that marks a directory as a golem-orch state directory, whatever its name, so a
+/// session that mounts a repository can find and hide every one inside it
+/// (`session::state_dirs_in`).
+pub const STATE_MARKER: &str = ".golem-orch-state";
+
+impl Home {
+    /// Writes [`STATE_MARKER`] once; its content is only a note for a person.
+    fn mark(&self) -> Result<(), HomeError> {
+        let path = self.root.join(STATE_MARKER);
+        if !path.exists() {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| {
+                    f.write_all(b"golem-orch state directory; hidden from every worker\n")
+                })
+                .map_err(|source| HomeError::Io { path, source })?;
         }
         Ok(())
     }

@@ -28,4 +28,6 @@ pub mod stage;
 pub mod target;
 pub mod units;
 pub mod urlcheck;
+pub mod worker_uid;
 pub mod workers;
+pub mod workspace;

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::policy::{Access, NetworkMode, Policy, TrustLevel};
+use crate::worker_uid::SessionUser;
+use crate::workspace::Overlay;
 
 /// Where the inputs appear in the container.
 pub const INPUT_TARGET: &str = "/input";
@@ -45,6 +47,18 @@ pub struct BindMount {
     pub target: String,
     /// Whether writes are refused by the kernel.
     pub read_only: bool,
+}
+
+/// The project's workspace, mounted through an overlay volume so that it is `nosuid,nodev`
+/// (see `workspace`): a plain bind mount cannot carry those flags on Docker 20.10.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkspaceMount {
+    /// Path in the container.
+    pub target: String,
+    /// Whether writes are refused by the kernel.
+    pub read_only: bool,
+    /// The volume and its directories on the host.
+    pub overlay: Overlay,
 }
 
 /// The output directory: a tmpfs whose size and inode count are the kernel's own caps on output.
@@ -92,12 +106,15 @@ pub struct ContainerPlan {
     /// golem-worker's static binary, run as the container's init: it runs the worker, kills
     /// whatever the worker left running, and streams the output directory as a tar.
     pub init: BindMount,
-    /// Numeric `uid:gid`.
+    /// Numeric `uid:gid`: the session's own (see `worker_uid`), or a `--policy-dir`'s fixed
+    /// one; `per-session` only in a dry run, where nothing is allocated (the engine refuses it).
     pub user: String,
     /// The complete environment; nothing from the host is added later.
     pub env: BTreeMap<String, String>,
     /// Host directories.
     pub binds: Vec<BindMount>,
+    /// The project's workspace (`nosuid,nodev`), from the `session` level up.
+    pub workspace: Option<WorkspaceMount>,
     /// The output location.
     pub output: Output,
     /// Docker network mode.
@@ -110,7 +127,7 @@ pub struct ContainerPlan {
     pub security_opt: Vec<String>,
     /// tmpfs mounts and their options.
     pub tmpfs: BTreeMap<String, String>,
-    /// Paths hidden behind an empty read-only tmpfs (the state directory inside `/repo`).
+    /// Paths hidden behind an empty read-only tmpfs (every golem-orch state directory inside `/repo`).
     pub masks: Vec<String>,
     /// Memory limit in bytes; swap is set equal so there is none.
     pub memory_bytes: u64,
@@ -141,6 +158,11 @@ pub struct HostPaths {
     pub task: Option<PathBuf>,
     /// The static golem-worker binary on the host, bind-mounted read-only as the init.
     pub init: PathBuf,
+    /// The session's own identity; `None` in a dry run (nothing allocated yet).
+    pub user: Option<SessionUser>,
+    /// Other golem-orch state directories found inside the repository (`home::STATE_MARKER`),
+    /// hidden like the current one.
+    pub other_states: Vec<PathBuf>,
 }
 
 /// What the worker should run.
@@ -193,13 +215,11 @@ pub fn build(
             read_only: true,
         });
     }
-    if policy.mounts.workspace != Access::None {
-        binds.push(BindMount {
-            source: paths.workspace.clone(),
-            target: WORKSPACE_TARGET.into(),
-            read_only: policy.mounts.workspace == Access::Ro,
-        });
-    }
+    let workspace = (policy.mounts.workspace != Access::None).then(|| WorkspaceMount {
+        target: WORKSPACE_TARGET.into(),
+        read_only: policy.mounts.workspace == Access::Ro,
+        overlay: Overlay::for_workspace(&paths.workspace),
+    });
     if let Some(task) = &paths.task {
         binds.push(BindMount {
             source: task.clone(),
@@ -224,8 +244,15 @@ pub fn build(
         }
         // The stage and audit log must never be reachable from a container: a worker that could
         // write them could forge what a person reviews and pushes.
-        if let Ok(rel) = paths.state.strip_prefix(&repo) {
-            masks.push(format!("{REPO_TARGET}/{}", rel.display()));
+        // Every state directory inside the repository, not only this one: a session started
+        // in a subfolder must not read the root's inputs and stage (issue 11, class 4).
+        for state in std::iter::once(&paths.state).chain(&paths.other_states) {
+            if let Ok(rel) = state.strip_prefix(&repo) {
+                let mask = format!("{REPO_TARGET}/{}", rel.display());
+                if !rel.as_os_str().is_empty() && !masks.contains(&mask) {
+                    masks.push(mask);
+                }
+            }
         }
         let git = repo.join(".git");
         binds.push(BindMount {
@@ -251,7 +278,18 @@ pub fn build(
     } else {
         policy.network.mode
     };
-    let (uid, gid) = policy.uid_gid();
+    // A pinned identity from the person's policy, else the session's own; a dry run shows the
+    // start of the reserved range as a placeholder and `per-session` as the user.
+    let (uid, gid, user) = match (policy.fixed_user(), paths.user) {
+        (Some((u, g)), _) | (None, Some(SessionUser { uid: u, gid: g })) => {
+            (u, g, format!("{u}:{g}"))
+        }
+        (None, None) => (
+            crate::worker_uid::RANGE_START,
+            crate::worker_uid::RANGE_START,
+            crate::policy::PER_SESSION_USER.to_string(),
+        ),
+    };
     let env: BTreeMap<String, String> = policy
         .env
         .set
@@ -288,9 +326,10 @@ pub fn build(
             target: format!("{INIT_TARGET_PREFIX}{}", uuid::Uuid::new_v4().simple()),
             read_only: true,
         },
-        user: format!("{uid}:{gid}"),
+        user,
         env,
         binds,
+        workspace,
         output: Output {
             target: OUTPUT_TARGET.into(),
             size_bytes: policy.output.max_total_bytes.bytes(),
@@ -363,7 +402,14 @@ impl fmt::Display for ContainerPlan {
             "init       golem-worker init: kills leftovers, streams {} as tar",
             self.output.target
         )?;
-        writeln!(f, "user       {}", self.user)?;
+        if self.user == crate::policy::PER_SESSION_USER {
+            writeln!(
+                f,
+                "user       per-session (a uid/gid no host account has, chosen at start)"
+            )?;
+        } else {
+            writeln!(f, "user       {}", self.user)?;
+        }
         writeln!(f, "network    {}", self.network.as_str())?;
         writeln!(
             f,
@@ -392,6 +438,15 @@ impl fmt::Display for ContainerPlan {
             let mode = if b.read_only { "ro" } else { "rw" };
             writeln!(f, "  {:<11} {mode}  bind {}", b.target, b.source.display())?;
         }
+        if let Some(w) = &self.workspace {
+            let mode = if w.read_only { "ro" } else { "rw" };
+            writeln!(
+                f,
+                "  {:<11} {mode}  overlay nosuid,nodev over {}",
+                w.target,
+                w.overlay.upper.display()
+            )?;
+        }
         writeln!(
             f,
             "  {:<11} ro  bind {} (the init)",
@@ -400,12 +455,11 @@ impl fmt::Display for ContainerPlan {
         )?;
         writeln!(
             f,
-            "  {:<11} rw  tmpfs, {} max, {} inodes max, owner {}:{}",
+            "  {:<11} rw  tmpfs, {} max, {} inodes max, owner {} (mode 0700)",
             self.output.target,
             crate::units::Size(self.output.size_bytes),
             self.output.max_inodes,
-            self.output.uid,
-            self.output.gid
+            self.user
         )?;
         for (path, opts) in &self.tmpfs {
             writeln!(f, "  {path:<11} rw  tmpfs {opts}")?;
@@ -463,6 +517,8 @@ mod tests {
                 state: "/r/.golem".into(),
                 task: None,
                 init: "/r/.golem/bin/init".into(),
+                user: None,
+                other_states: vec![],
             },
             &Command {
                 image: "img".into(),
@@ -505,17 +561,24 @@ mod tests {
                 .unwrap()
                 .binds
                 .iter()
-                .map(|b| format!("{}:{}", b.target, if b.read_only { "ro" } else { "rw" }))
+                .map(|b| (b.target.clone(), b.read_only))
+                .chain(
+                    plan_for(level, Some("/r"), false)
+                        .unwrap()
+                        .workspace
+                        .map(|w| (w.target, w.read_only)),
+                )
+                .map(|(t, ro)| format!("{t}:{}", if ro { "ro" } else { "rw" }))
                 .collect::<Vec<_>>()
         };
         assert_eq!(targets(TrustLevel::Session), ["/input:ro", "/workspace:rw"]);
         assert_eq!(
             targets(TrustLevel::Workspace),
-            ["/input:ro", "/workspace:rw", "/repo:ro"]
+            ["/input:ro", "/repo:ro", "/workspace:rw"]
         );
         assert_eq!(
             targets(TrustLevel::Full),
-            ["/input:ro", "/workspace:rw", "/repo:rw"]
+            ["/input:ro", "/repo:rw", "/workspace:rw"]
         );
     }
 
@@ -558,6 +621,8 @@ mod tests {
             state: "/r/sub/.golem".into(),
             task: None,
             init: "/r/sub/.golem/bin/init".into(),
+            user: None,
+            other_states: vec![],
         };
         let cmd = Command {
             image: "img".into(),
@@ -567,6 +632,25 @@ mod tests {
         };
         let err = build("s", &p, &nested, &cmd, BTreeMap::new(), false).unwrap_err();
         assert!(matches!(err, PlanError::StateNestedInRepo(_)), "{err}");
+        // Every other state directory in the repository is hidden as well.
+        let ro = policy::load(TrustLevel::Workspace, None, None)
+            .unwrap()
+            .policy;
+        let many = HostPaths {
+            other_states: vec![
+                "/r/.golem".into(),
+                "/r/a/b/.golem".into(),
+                "/x/.golem".into(),
+            ],
+            ..nested.clone()
+        };
+        let masks = build("s", &ro, &many, &cmd, BTreeMap::new(), false)
+            .unwrap()
+            .masks;
+        assert_eq!(
+            masks,
+            ["/repo/sub/.golem", "/repo/.golem", "/repo/a/b/.golem"]
+        );
         let ro = policy::load(TrustLevel::Workspace, None, None)
             .unwrap()
             .policy;
@@ -615,6 +699,8 @@ mod tests {
             state: "/s".into(),
             task: None,
             init: "/s/bin/init".into(),
+            user: None,
+            other_states: vec![],
         };
         let none = Command {
             image: "bare".into(),
@@ -633,9 +719,39 @@ mod tests {
         let opts = plan.output.mount_options();
         assert!(opts.contains(&format!("size={}", 32 << 20)), "{opts}");
         assert!(
-            opts.contains("uid=65534") && opts.contains("noexec"),
+            !opts.contains("uid=65534") && opts.contains("noexec") && opts.contains("mode=0700"),
             "{opts}"
         );
+        assert_eq!(plan.user, "per-session", "a dry run allocates nothing");
+        let p = policy::load(TrustLevel::Untrusted, None, None)
+            .unwrap()
+            .policy;
+        let me = SessionUser {
+            uid: 1_610_612_999,
+            gid: 1_610_612_999,
+        };
+        let paths = HostPaths {
+            input: "/h/in".into(),
+            workspace: "/h/ws".into(),
+            repo: None,
+            state: "/s".into(),
+            task: None,
+            init: "/s/bin/init".into(),
+            user: Some(me),
+            other_states: vec![],
+        };
+        let cmd = Command {
+            image: "img".into(),
+            image_id: None,
+            entrypoint: None,
+            cmd: vec![],
+        };
+        let plan = build("s", &p, &paths, &cmd, BTreeMap::new(), false).unwrap();
+        assert_eq!(plan.user, "1610612999:1610612999");
+        assert!(plan
+            .output
+            .mount_options()
+            .contains("uid=1610612999,gid=1610612999,mode=0700"));
     }
 
     #[test]

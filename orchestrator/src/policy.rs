@@ -228,7 +228,10 @@ pub struct Policy {
     /// Input caps.
     #[serde(default)]
     pub input: InputLimits,
-    /// Numeric `uid:gid`; never root, and numeric because a scratch image has no user database.
+    /// `per-session` (every shipped policy): each session gets its own uid/gid that no host
+    /// account has (`worker_uid`). A numeric `uid:gid` pins one identity for a `--policy-dir`
+    /// that needs it (never root; numeric because a scratch image has no user database), and
+    /// gives up the per-session separation.
     pub user: String,
     /// Environment.
     #[serde(default)]
@@ -262,6 +265,14 @@ pub enum PolicyError {
     /// The named trust level does not exist.
     #[error("unknown trust level {0:?} (expected untrusted, session, workspace or full)")]
     UnknownLevel(String),
+    /// A project file others could have written is not applied (nor silently skipped).
+    #[error("refusing {path}: {why}; make it yours and writable only by you (chmod go-w)")]
+    UnsafeProjectFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -421,18 +432,25 @@ impl Policy {
         Ok(())
     }
 
-    /// The `(uid, gid)` the container runs as.
-    pub fn uid_gid(&self) -> (u32, u32) {
-        // validate() guarantees this parses; fall back to nobody rather than panic.
-        parse_user(&self.user).unwrap_or((65534, 65534))
+    /// The fixed `(uid, gid)` the policy pins, or `None` for a per-session identity.
+    pub fn fixed_user(&self) -> Option<(u32, u32)> {
+        // validate() guarantees this parses; an unparsable value means per-session, never a
+        // shared identity.
+        parse_user(&self.user).ok().flatten()
     }
 }
 
-/// Parses a numeric, non-root `uid:gid`.
-fn parse_user(user: &str) -> Result<(u32, u32), String> {
+/// The `user` value that gives every session its own uid/gid.
+pub const PER_SESSION_USER: &str = "per-session";
+
+/// Parses `per-session` (`None`) or a numeric, non-root `uid:gid`.
+fn parse_user(user: &str) -> Result<Option<(u32, u32)>, String> {
+    if user == PER_SESSION_USER {
+        return Ok(None);
+    }
     let (u, g) = user
         .split_once(':')
-        .ok_or_else(|| format!("{user:?} must be numeric uid:gid"))?;
+        .ok_or_else(|| format!("{user:?} must be per-session or numeric uid:gid"))?;
     let uid: u32 = u
         .parse()
         .map_err(|_| format!("{user:?} must be numeric uid:gid"))?;
@@ -442,7 +460,7 @@ fn parse_user(user: &str) -> Result<(u32, u32), String> {
     if uid == 0 || gid == 0 {
         return Err("the worker never runs as root (uid or gid 0)".into());
     }
-    Ok((uid, gid))
+    Ok(Some((uid, gid)))
 }
 
 fn valid_env_name(name: &str) -> bool {
@@ -610,10 +628,7 @@ pub fn load(
     };
     let mut sources = vec![base_source];
     if let Some(path) = project_file {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_owned_project_file(path)?;
         let shown = path.display().to_string();
         let project: ProjectFile = parse_yaml(&text, &shown)?;
         if let Some(overlay) = project.levels.get(&level) {
@@ -624,12 +639,83 @@ pub fn load(
     Ok(Effective { policy, sources })
 }
 
-/// Finds `golem.yaml` by walking up from `start`, the way git finds `.git`.
+/// Finds `golem.yaml` by walking up from `start`, stopping at the repository root (the first
+/// directory holding `.git`) or the person's home directory: a file above them belongs to
+/// someone else's tree (a shared `/tmp`, another user's checkout) and must not shape this run.
 pub fn find_project_file(start: &Path) -> Option<PathBuf> {
-    start
-        .ancestors()
-        .map(|dir| dir.join(PROJECT_FILE))
-        .find(|p| p.is_file())
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    for dir in start.ancestors() {
+        let candidate = dir.join(PROJECT_FILE);
+        if candidate.symlink_metadata().is_ok() {
+            return Some(candidate);
+        }
+        if dir.join(".git").exists() || home.as_deref() == Some(dir) {
+            break;
+        }
+    }
+    None
+}
+
+/// Refuses a project file that someone other than the invoking user could have written: owned
+/// by another user, group/world-writable, a link, or in a directory others can write (which
+/// lets them replace it). Checked on the open file, so it is the file that is then read.
+fn read_owned_project_file(path: &Path) -> Result<String, PolicyError> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let unsafe_file = |why: String| PolicyError::UnsafeProjectFile {
+        path: path.to_path_buf(),
+        why,
+    };
+    let read = |source| PolicyError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let dmeta = std::fs::metadata(dir).map_err(read)?;
+    if dmeta.mode() & 0o022 != 0 {
+        return Err(unsafe_file(format!(
+            "its directory is writable by others (mode {:o})",
+            dmeta.mode() & 0o7777
+        )));
+    }
+    if dmeta.uid() != me && dmeta.uid() != 0 {
+        return Err(unsafe_file(format!(
+            "its directory is owned by uid {}",
+            dmeta.uid()
+        )));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                unsafe_file("it is a symbolic link".into())
+            } else {
+                read(e)
+            }
+        })?;
+    let meta = file.metadata().map_err(read)?;
+    if !meta.is_file() {
+        return Err(unsafe_file("it is not a regular file".into()));
+    }
+    if meta.uid() != me {
+        return Err(unsafe_file(format!(
+            "it is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_file(format!(
+            "it is writable by others (mode {:o})",
+            meta.mode() & 0o7777
+        )));
+    }
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).map_err(read)?;
+    Ok(text)
 }
 
 /// Applies one overlay, refusing anything that would widen the policy.
@@ -872,7 +958,8 @@ mod tests {
                 "{} must not pass host variables",
                 p.level
             );
-            assert_ne!(p.uid_gid().0, 0);
+            assert_eq!(p.user, PER_SESSION_USER, "{} shares one uid", p.level);
+            assert_eq!(p.fixed_user(), None);
         }
         assert_eq!(all[0].mounts.workspace, Access::None);
         assert_eq!(all[1].mounts.workspace, Access::Rw);
@@ -915,8 +1002,21 @@ mod tests {
             .1
             .replace("allow_opt_in: false", "allow_opt_in: true");
         assert!(Policy::from_yaml(&text, "w.yaml", TrustLevel::Workspace).is_err());
-        let text = BUILTIN[0].1.replace("\"65534:65534\"", "\"0:0\"");
-        assert!(Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err());
+        for user in ["\"0:0\"", "\"1000:0\"", "nobody", "\"65534\""] {
+            let text = BUILTIN[0]
+                .1
+                .replace("user: per-session", &format!("user: {user}"));
+            assert!(
+                Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err(),
+                "{user}"
+            );
+        }
+        // A person's --policy-dir may still pin one numeric identity.
+        let text = BUILTIN[0]
+            .1
+            .replace("user: per-session", "user: \"4242:4243\"");
+        let pinned = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap();
+        assert_eq!(pinned.fixed_user(), Some((4242, 4243)));
         let text = BUILTIN[0].1.replace("  mode: none", "  mode: bridge");
         assert!(Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).is_err());
         let text = BUILTIN[0].1.replace("input: ro", "input: rw");
@@ -1062,5 +1162,49 @@ mod tests {
             find_project_file(&deep),
             Some(dir.path().join(PROJECT_FILE))
         );
+    }
+
+    #[test]
+    fn project_file_search_stops_at_the_repository_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("sub")).unwrap();
+        std::fs::write(dir.path().join(PROJECT_FILE), "levels: {}\n").unwrap();
+        assert_eq!(find_project_file(&repo.join("sub")), None);
+        std::fs::write(repo.join(PROJECT_FILE), "levels: {}\n").unwrap();
+        assert_eq!(
+            find_project_file(&repo.join("sub")),
+            Some(repo.join(PROJECT_FILE))
+        );
+    }
+
+    #[test]
+    fn a_project_file_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(PROJECT_FILE);
+        std::fs::write(&path, "levels: {}\n").unwrap();
+        let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+        mode(&path, 0o644).unwrap();
+        mode(dir.path(), 0o755).unwrap();
+        assert!(load(TrustLevel::Untrusted, None, Some(&path)).is_ok());
+        mode(&path, 0o666).unwrap();
+        let err = load(TrustLevel::Untrusted, None, Some(&path)).unwrap_err();
+        assert!(
+            matches!(err, PolicyError::UnsafeProjectFile { .. }),
+            "{err}"
+        );
+        mode(&path, 0o644).unwrap();
+        mode(dir.path(), 0o777).unwrap();
+        let err = load(TrustLevel::Untrusted, None, Some(&path)).unwrap_err();
+        assert!(
+            err.to_string().contains("directory is writable by others"),
+            "{err}"
+        );
+        mode(dir.path(), 0o755).unwrap();
+        let link = dir.path().join("l.yaml");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(load(TrustLevel::Untrusted, None, Some(&link)).is_err());
     }
 }

@@ -28,6 +28,8 @@ use crate::owner::Owner;
 use crate::plan::{self, ContainerPlan, HostPaths, PlanError};
 use crate::policy::{Policy, TrustLevel};
 use crate::stage::{self, Manifest, Stage, StageError};
+use crate::worker_uid::{self, SessionUser, UidError};
+use crate::workspace::{self, Scrubbed};
 
 /// The session record's file name inside the session directory.
 pub const RECORD: &str = "session.json";
@@ -132,6 +134,16 @@ pub struct Record {
     /// it again may succeed; a batch's `--resume` does.
     #[serde(default)]
     pub host_failure: bool,
+    /// The uid/gid the worker ran as: its own, which no host account and no other live
+    /// session had (`worker_uid`), unless a `--policy-dir` pinned one.
+    #[serde(default)]
+    pub user: Option<SessionUser>,
+    /// What the scrub of `/workspace` found before the session (left by an earlier one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_scrubbed_before: Option<Scrubbed>,
+    /// What the scrub of `/workspace` removed after the session: set-id bits, special files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_scrubbed: Option<Scrubbed>,
 }
 
 /// What a person asked for.
@@ -221,6 +233,17 @@ pub enum SessionError {
     /// lowering its init's resource limits, which fails no one but its own document).
     #[error("the output archive was cut short ({0}); nothing was staged")]
     ArchiveCut(String),
+    /// No worker identity could be allocated.
+    #[error(transparent)]
+    Uid(#[from] UidError),
+    /// The repository could not be searched for state directories to hide.
+    #[error("searching {path} for golem-orch state directories to hide: {why}")]
+    StateSearch {
+        /// The repository.
+        path: PathBuf,
+        /// What went wrong.
+        why: String,
+    },
     /// The state directory was replaced while the worker ran.
     #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
     StateReplaced(PathBuf),
@@ -241,6 +264,7 @@ impl SessionError {
         matches!(
             self,
             SessionError::Engine(_)
+                | SessionError::Uid(_)
                 | SessionError::Stage(_)
                 | SessionError::Audit(_)
                 | SessionError::Extract(_)
@@ -303,7 +327,8 @@ pub fn labels(home: &Home, session: &str, owner: &Owner) -> BTreeMap<String, Str
     labels
 }
 
-/// Resolves host paths for the plan, creating the workspace directory when the level mounts it.
+/// Resolves host paths for the plan, creating the workspace directory (and its overlay's helper
+/// directories) when the level mounts it. `user` is the session's identity, once allocated.
 pub fn host_paths(
     home: &Home,
     session: &str,
@@ -314,17 +339,21 @@ pub fn host_paths(
     let workspace = home.workspace_dir();
     if create && policy.mounts.workspace != crate::policy::Access::None {
         std::fs::create_dir_all(&workspace).map_err(io(&workspace))?;
-        let (uid, gid) = policy.uid_gid();
-        // The worker runs as a fixed non-root uid; give it the directory it may write.
+        workspace::Overlay::for_workspace(&workspace)
+            .create_dirs()
+            .map_err(io(&workspace))?;
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            std::os::unix::fs::chown(&workspace, Some(uid), Some(gid)).map_err(io(&workspace))?;
-        } else {
+        if unsafe { libc::geteuid() } != 0 {
+            // Not root: the workspace cannot be handed to each session's uid (see SECURITY.md).
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777))
                 .map_err(io(&workspace))?;
         }
     }
+    let other_states = match (&repo, policy.mounts.repo) {
+        (Some(r), access) if access != crate::policy::Access::None => state_dirs_in(r)?,
+        _ => Vec::new(),
+    };
     Ok(HostPaths {
         input: home.session_dir(session).join("input"),
         workspace,
@@ -332,7 +361,58 @@ pub fn host_paths(
         state: home.root().to_path_buf(),
         task: None,
         init: image::init_path(home.root()),
+        user: None,
+        other_states,
     })
+}
+
+/// Most directory entries searched for state directories before giving up (failing closed).
+const MAX_REPO_ENTRIES: usize = 1_000_000;
+
+/// Every golem-orch state directory inside `repo`: a directory holding [`home::STATE_MARKER`]
+/// (written by `Home::open`), or one named `.golem` that looks like a state directory (made by
+/// a version before the marker). Links are never followed, `.git` is skipped; a repository too
+/// large to search is an error rather than a mount with something left unhidden.
+pub fn state_dirs_in(repo: &Path) -> Result<Vec<PathBuf>, SessionError> {
+    let mut found = Vec::new();
+    let mut stack = vec![repo.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            // Unreadable to us means unreadable to compare with; the root must be readable.
+            Err(e) if dir == repo => {
+                return Err(SessionError::StateSearch {
+                    path: repo.to_path_buf(),
+                    why: e.to_string(),
+                })
+            }
+            Err(_) => continue,
+        };
+        let looks_like_state = dir != repo
+            && (dir.join(home::STATE_MARKER).is_file()
+                || (dir.file_name() == Some(std::ffi::OsStr::new(".golem"))
+                    && (dir.join("sessions").is_dir() || dir.join("staged").is_dir())));
+        if looks_like_state {
+            found.push(dir);
+            continue;
+        }
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_REPO_ENTRIES {
+                return Err(SessionError::StateSearch {
+                    path: repo.to_path_buf(),
+                    why: format!("more than {MAX_REPO_ENTRIES} entries"),
+                });
+            }
+            // file_type() does not follow links.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && entry.file_name() != ".git" {
+                stack.push(entry.path());
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// Finds the git repository containing `start`, the way git does.
@@ -442,6 +522,9 @@ pub async fn run_resolved(
         error: None,
         kept: opts.keep,
         host_failure: false,
+        user: None,
+        workspace_scrubbed_before: None,
+        workspace_scrubbed: None,
     };
     save(home, &record)?;
     audit.record(
@@ -509,6 +592,35 @@ pub async fn run_resolved(
                 tracing::warn!("removing {}: {e}", input.display());
             }
         }
+    }
+    if opts.policy.mounts.workspace != crate::policy::Access::None && record.user.is_some() {
+        // The worker is gone (removed, or stopped and kept): nothing setuid, setgid or special
+        // that it made survives in the workspace.
+        let ws = home.workspace_dir();
+        // Only the mount recipe goes (the files stay in the workspace directory), and only when
+        // no other session of the project uses it: the last one to finish removes it.
+        let volume = workspace::Overlay::for_workspace(&ws).volume;
+        let filters = std::collections::HashMap::from([("volume", vec![volume.as_str()])]);
+        let users = docker
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map(|l| l.len())
+            .unwrap_or(1);
+        if users == 0 {
+            let _ = container::remove_volume(docker, &volume).await;
+        }
+        let scrubbed = workspace::scrub(&ws, None).map_err(io(&ws))?;
+        audit.record(
+            Some(&id),
+            "workspace.scrubbed",
+            json!({ "when": "after", "scrubbed": scrubbed }),
+        )?;
+        record.workspace_scrubbed = Some(scrubbed);
     }
     match result {
         Ok(()) => {}
@@ -652,8 +764,41 @@ async fn steps(
         _ => None,
     };
 
-    // 3. The plan, derived from the policy alone.
+    // 3. The plan, derived from the policy alone, for the session's own uid/gid.
     let mut paths = host_paths(home, &id, &opts.policy, opts.repo.clone(), true)?;
+    let user = match opts.policy.fixed_user() {
+        Some((uid, gid)) => SessionUser { uid, gid },
+        None => {
+            let user = worker_uid::allocate(docker).await?;
+            paths.user = Some(user);
+            user
+        }
+    };
+    record.user = Some(user);
+    save(home, record)?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        // The input copy is the session's: readable by its worker, nobody else's uid.
+        workspace::scrub(&input, Some(user)).map_err(io(&input))?;
+    } else {
+        // Not root: the worker's uid can only read the copy through "other" permissions. The
+        // copy lies in the session's directory inside the state directory, which other host
+        // users cannot traverse, so only the bind mount reaches it.
+        workspace::open_to_others(&input).map_err(io(&input))?;
+    }
+    if opts.policy.mounts.workspace != crate::policy::Access::None {
+        // A crashed earlier session may have left set-id or special files; as root, the tree
+        // becomes this session's uid's, so its worker may use what earlier ones left.
+        let ws = home.workspace_dir();
+        let scrubbed = workspace::scrub(&ws, root.then_some(user)).map_err(io(&ws))?;
+        audit.record(
+            Some(&id),
+            "workspace.scrubbed",
+            json!({ "when": "before", "scrubbed": scrubbed }),
+        )?;
+        record.workspace_scrubbed_before = Some(scrubbed);
+    }
     if let Some(text) = &opts.instructions {
         let task = home.session_dir(&id).join("task");
         std::fs::create_dir_all(&task).map_err(io(&task))?;

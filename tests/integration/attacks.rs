@@ -639,20 +639,26 @@ fn inputs_and_the_root_filesystem_are_read_only() {
 fn the_worker_cannot_become_root_or_gain_capabilities() {
     let g = Golem::new();
     let (run, p, _) = probe(&g, |_| {});
+    // The session's own uid/gid from golem-orch's reserved range (worker_uid), never root.
+    let me = p["uid"].as_i64().expect("uid");
+    assert!(
+        golem_orch::worker_uid::is_session_id(me as u32),
+        "uid {me} is not a per-session uid"
+    );
     assert_eq!(
         (p["uid"].as_i64(), p["euid"].as_i64()),
-        (Some(65534), Some(65534))
+        (Some(me), Some(me))
     );
     assert_eq!(
         (p["gid"].as_i64(), p["egid"].as_i64()),
-        (Some(65534), Some(65534))
+        (Some(me), Some(me))
     );
     let su = &p["setuid_root"];
     assert_eq!(errno(&su["setuid"]), Some(EPERM), "{su}");
     assert_eq!(errno(&su["setgid"]), Some(EPERM), "{su}");
     assert_eq!(
         (su["uid_after"].as_i64(), su["euid_after"].as_i64()),
-        (Some(65534), Some(65534))
+        (Some(me), Some(me))
     );
     for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
         assert_eq!(p[set], "0000000000000000", "{set}");
@@ -666,7 +672,7 @@ fn the_worker_cannot_become_root_or_gain_capabilities() {
         assert_eq!(p[place]["exec"]["ok"], false, "{place}: {}", p[place]);
     }
     let plan = audited_plan(&g, &run.session());
-    assert_eq!(plan["user"], "65534:65534");
+    assert_eq!(plan["user"], format!("{me}:{me}"));
     assert_eq!(plan["cap_drop"], serde_json::json!(["ALL"]));
 }
 

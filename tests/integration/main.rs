@@ -10,6 +10,7 @@ mod clearance;
 mod crashes;
 mod documents;
 mod harness;
+mod host_users;
 mod intake_races;
 mod policy_narrowing;
 mod review;

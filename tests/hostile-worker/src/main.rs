@@ -61,6 +61,9 @@ modes:
   try-read PATH...    try to read (or list) each PATH; write /output/reads.json
   procs               list every visible process and try to ptrace-seize and signal (0) each
                       one that is not ours; write /output/procs.json
+  setid-workspace     plant /workspace/helper setuid+setgid, a FIFO and a setgid directory
+                      there; write /output/workspace.json with the results and /workspace's
+                      line of /proc/self/mountinfo
   forge-archive       attack the init that streams /output: write a forged tar to stdout, try
                       /proc/1/fd/1 and /proc/1/mem, signal PID 1, and leave a detached process
                       rewriting /output/late.txt after the worker exits
@@ -160,6 +163,7 @@ fn main() -> ExitCode {
         ("forge-archive", None) => forge_archive(),
         ("say", Some(_)) => say(&args[1..]),
         ("files", Some(_)) if !args.len().is_multiple_of(2) => files(&args[1..]),
+        ("setid-workspace", None) => setid_workspace(),
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
             println!("exec-ok");
@@ -1501,6 +1505,54 @@ fn procs() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("hostile-worker: cannot write procs.json: {e}");
+            1
+        }
+    }
+}
+
+/// Leaves a uid switch for host users in the shared workspace: a setuid/setgid copy of itself,
+/// a FIFO and a setgid directory; reports whether each worked and how /workspace is mounted.
+fn setid_workspace() -> i32 {
+    let ws = Path::new("/workspace");
+    let attempt = |r: io::Result<()>| match r {
+        Ok(()) => json!({"ok": true, "error": null}),
+        Err(e) => json!({"ok": false, "error": e.to_string(), "errno": errno_of(&e)}),
+    };
+    let helper = ws.join("helper");
+    let copy = fs::copy("/proc/self/exe", &helper)
+        .map(|_| ())
+        .and_then(|()| fs::set_permissions(&helper, fs::Permissions::from_mode(0o6755)));
+    let mode = fs::metadata(&helper).map(|m| m.mode() & 0o7777).ok();
+    let fifo = CString::new("/workspace/fifo")
+        .map_err(io::Error::other)
+        .and_then(|c| {
+            // SAFETY: a valid NUL-terminated path.
+            match unsafe { libc::mkfifo(c.as_ptr(), 0o666) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        });
+    let dir = fs::create_dir_all(ws.join("sgid-dir")).and_then(|()| {
+        fs::set_permissions(ws.join("sgid-dir"), fs::Permissions::from_mode(0o2775))
+    });
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.split(' ').nth(4) == Some("/workspace"))
+                .map(str::to_string)
+        });
+    let report = json!({
+        "helper": attempt(copy),
+        "helper_mode": mode,
+        "fifo": attempt(fifo),
+        "sgid_dir": attempt(dir),
+        "mountinfo": mountinfo,
+    });
+    match fs::write(output_dir().join("workspace.json"), report.to_string()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("hostile-worker: cannot write workspace.json: {e}");
             1
         }
     }
