@@ -11,5 +11,6 @@ mod crashes;
 mod documents;
 mod harness;
 mod policy_narrowing;
+mod refusals;
 mod session;
 mod workers;
