@@ -153,7 +153,7 @@ fn a_batch_marks_a_refused_archive_rejected_and_resume_does_not_retry_it() {
     let over = untrusted().output.max_files + 1;
     g.file("docs/flood.txt", format!("flood {over} 30000000"));
     g.file("docs/good.txt", "exit 0");
-    let mut cmd = g.cmd([
+    let cmd = g.cmd([
         "batch",
         "--json",
         "--jobs",
