@@ -1056,10 +1056,7 @@ mod tests {
         assert_eq!((setuid.kind, setuid.mode), (EntryType::Regular, 0o4755));
 
         let sock = get(b"output/sock");
-        assert_eq!(
-            (sock.kind, sock.size),
-            (EntryType::new(REFUSAL_TYPE), 0)
-        );
+        assert_eq!((sock.kind, sock.size), (EntryType::new(REFUSAL_TYPE), 0));
         assert_eq!(
             sock.refused.as_deref(),
             Some(&b"a socket (tar has no type for it)"[..])
