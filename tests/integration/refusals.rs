@@ -293,3 +293,18 @@ fn an_image_whose_output_is_a_symlink_is_rejected_not_a_host_failure() {
     assert!(Path::new(&g.home).is_dir());
     g.assert_clean();
 }
+
+/// The same with only the soft limit lowered: the init takes its limit back before it archives,
+/// and everything the worker wrote is staged.
+#[test]
+fn a_worker_that_lowers_only_the_inits_soft_descriptor_limit_loses_nothing() {
+    let g = Golem::new();
+    let run = hostile(&g, &[], &["prlimit-init", "3", "soft"]);
+    run.assert_status("staged", 0);
+    let made = worker_report(&g.home, &run.session(), "prlimit-init");
+    assert_eq!(made["steps"]["prlimit"]["ok"], true, "{made}");
+    assert_nothing_lost_silently(&g, &run, &["ok.txt", "a.txt", "b.txt"]);
+    assert_eq!(run.json["files"], 3, "{}", run.json);
+    assert_eq!(run.json["rejected"], 0, "{}", run.json);
+    g.assert_clean();
+}

@@ -169,9 +169,9 @@ pub fn main(opts: &InitOptions) -> i32 {
     };
     let status = run_worker(opts, &timer);
     // The worker shares init's uid, so it may have lowered init's soft
-    // descriptor limit with prlimit(2); take back what the hard limit allows.
-    // Whatever init still cannot open is a listed refusal in the archive.
-    restore_nofile();
+    // limits with prlimit(2); take back what the hard limits allow. Whatever
+    // init still cannot open is a listed refusal in the archive.
+    restore_limits();
     match archive_to(stdout, &opts.output) {
         Ok(()) => status,
         Err(e) => {
@@ -396,18 +396,27 @@ fn reap_all() {
     }
 }
 
-/// Raises the soft `RLIMIT_NOFILE` back to the hard limit.
-fn restore_nofile() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit with a valid rlimit struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+/// Raises the soft limits the archive depends on (descriptors, memory,
+/// stack, CPU) back to their hard limits. Best effort: a hard limit the
+/// worker lowered stays lowered.
+fn restore_limits() {
+    for resource in [
+        libc::RLIMIT_NOFILE,
+        libc::RLIMIT_AS,
+        libc::RLIMIT_DATA,
+        libc::RLIMIT_STACK,
+        libc::RLIMIT_CPU,
+    ] {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit with a valid rlimit struct.
+        unsafe {
+            if libc::getrlimit(resource, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+                limit.rlim_cur = limit.rlim_max;
+                libc::setrlimit(resource, &limit);
+            }
         }
     }
 }

@@ -67,8 +67,9 @@ modes:
   flood N BYTES       create N small files /output/f{i}, then /output/zz-big of BYTES bytes
   sparse BYTES        write ok.txt and /output/sparse, a hole of BYTES bytes using no memory
   unreadable          write ok.txt, a mode-000 file and a mode-000 directory holding a file
-  prlimit-init N      lower PID 1's RLIMIT_NOFILE to N (soft and hard), then write ok.txt and
-                      two more files
+  prlimit-init N [soft]
+                      lower PID 1's RLIMIT_NOFILE to N (soft and hard, or only the soft
+                      limit), then write ok.txt and two more files
 environment: HOSTILE_OUTPUT_DIR (default /output), HOSTILE_INPUT_DIR (default /input),
   HOSTILE_WORKER_ALLOW_HOST=1 to run the dangerous modes outside a container.
 ";
@@ -167,9 +168,10 @@ fn main() -> ExitCode {
             Err(_) => usage("sparse takes a byte count"),
         },
         ("unreadable", None) => unreadable(),
-        ("prlimit-init", Some(n)) => match n.parse() {
-            Ok(n) => prlimit_init(n),
-            Err(_) => usage("prlimit-init takes a descriptor count"),
+        ("prlimit-init", Some(n)) => match (n.parse(), args.get(2).map(String::as_str)) {
+            (Ok(n), None) => prlimit_init(n, false),
+            (Ok(n), Some("soft")) => prlimit_init(n, true),
+            _ => usage("prlimit-init takes a descriptor count and optionally `soft`"),
         },
         // Run by the probe from /tmp and /output to see whether exec works.
         ("exec-ok", None) => {
@@ -1594,11 +1596,17 @@ fn unreadable() -> i32 {
 
 /// Lowers the init's descriptor limit (it runs as the worker's uid, so prlimit(2) on PID 1 is
 /// allowed), so that it cannot open the files it should archive.
-fn prlimit_init(n: u64) -> i32 {
+fn prlimit_init(n: u64, soft_only: bool) -> i32 {
     let mut s = Steps::new("prlimit-init");
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reading PID 1's limit into a valid struct.
+    unsafe { libc::prlimit(1, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) };
     let limit = libc::rlimit {
         rlim_cur: n,
-        rlim_max: n,
+        rlim_max: if soft_only { old.rlim_max } else { n },
     };
     // SAFETY: prlimit with a valid new limit and no old-limit pointer.
     let r = unsafe { libc::prlimit(1, libc::RLIMIT_NOFILE, &limit, std::ptr::null_mut()) };
