@@ -1262,6 +1262,54 @@ mod tests {
         );
     }
 
+    /// A file that is not what was listed, or is gone, is refused by name:
+    /// never a silent gap in the archive.
+    #[test]
+    fn a_file_that_vanished_or_changed_is_refused_by_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let listed = tmp.path().join("listed");
+        fs::write(&listed, b"1").expect("write");
+        let meta = fs::symlink_metadata(&listed).expect("lstat");
+        let other = tmp.path().join("other");
+        fs::write(&other, b"22").expect("write");
+        let mut out = Vec::new();
+        let mut notes = Vec::new();
+        archive_with(&mut out, |ar| {
+            let mut links = Links::new();
+            let mut note = |n: String| notes.push(n);
+            append_file(ar, &other, &meta, b"output/changed", &mut links, &mut note)?;
+            fs::remove_file(&listed)?;
+            append_file(
+                ar,
+                &listed,
+                &meta,
+                b"output/vanished",
+                &mut links,
+                &mut note,
+            )
+        })
+        .expect("archive");
+        assert!(ends_with_end_marker(&out));
+        let seen = parse(&out);
+        let refused: Vec<(&[u8], EntryType, Option<&[u8]>)> = seen
+            .iter()
+            .map(|s| (s.name.as_slice(), s.kind, s.refused.as_deref()))
+            .collect();
+        let refusal = EntryType::new(REFUSAL_TYPE);
+        assert_eq!(refused[0].0, b"output/changed");
+        assert_eq!(refused[0].1, refusal);
+        assert_eq!(refused[0].2, Some(&b"it changed while being archived"[..]));
+        assert_eq!(refused[1].0, b"output/vanished");
+        assert_eq!(refused[1].1, refusal);
+        assert!(
+            refused[1]
+                .2
+                .is_some_and(|why| why.starts_with(b"cannot open it: No such file")),
+            "{refused:?}"
+        );
+        assert_eq!(notes.len(), 2, "{notes:?}");
+    }
+
     #[test]
     fn a_short_file_abandons_the_archive_without_end_marker() {
         let mut out = Vec::new();
