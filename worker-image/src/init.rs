@@ -1291,7 +1291,7 @@ mod tests {
         .expect("archive");
         assert!(ends_with_end_marker(&out));
         let seen = parse(&out);
-        let refused: Vec<(&[u8], EntryType, Option<&[u8]>)> = seen
+        let refused: Vec<_> = seen
             .iter()
             .map(|s| (s.name.as_slice(), s.kind, s.refused.as_deref()))
             .collect();
