@@ -216,7 +216,8 @@ pub enum SessionError {
     /// The output archive began but did not end: the engine cut the stream, it stalled, or the
     /// init could not finish writing it. The init finishes what it starts unless something
     /// outside kills it, so this counts as the host's failure (a worker can only cause it by
-    /// lowering its init's resource limits, which fails no one but its own document).
+    /// lowering its init's hard CPU, memory or stack limits, which fails no one but its own
+    /// document; see SECURITY.md, "What is not defended").
     #[error("the output archive was cut short ({0}); nothing was staged")]
     ArchiveCut(String),
     /// The state directory was replaced while the worker ran.

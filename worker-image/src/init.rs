@@ -15,7 +15,10 @@
 //! host reads stdout over the attach stream and validates every entry as
 //! hostile, logging each rejection; so init reports faithfully what is there
 //! (links, FIFOs, devices, setuid bits, odd names) instead of filtering it,
-//! and never follows a link or opens anything but a regular file.
+//! and never follows a link or opens anything but a regular file. What it
+//! cannot archive (a file it cannot open, a directory it cannot list, a
+//! socket) it names in the archive as a refusal entry ([`REFUSAL_TYPE`]),
+//! so the host lists every loss instead of never hearing of it.
 //!
 //! Init's fd 1 carries nothing but the tar: the worker's stdout and stderr
 //! both go to init's stderr, and init makes itself non-dumpable so the
