@@ -172,9 +172,15 @@ pub fn main(opts: &InitOptions) -> i32 {
     };
     let status = run_worker(opts, &timer);
     // The worker shares init's uid, so it may have lowered init's soft
-    // limits with prlimit(2); take back what the hard limits allow. Whatever
-    // init still cannot open is a listed refusal in the archive.
+    // limits with prlimit(2); take back what the hard limits allow. Init's
+    // stdin is closed, as nothing reads it once the worker has run, so that a
+    // hard descriptor limit above 0 still leaves init one descriptor (the
+    // lowest) to list and read with. Whatever init still cannot open is a
+    // listed refusal in the archive.
     restore_limits();
+    // SAFETY: fd 0 is init's stdin, which nothing in init uses from here on;
+    // the archive goes to the descriptor taken before the worker ran.
+    unsafe { libc::close(0) };
     match archive_to(stdout, &opts.output) {
         Ok(()) => status,
         Err(e) => {
