@@ -67,6 +67,17 @@ const ARCHIVE_BYTES_PER_ENTRY: u64 = 1536;
 /// PAX records such as xattrs that Docker emits, padding).
 const ARCHIVE_BYTES_SLACK: u64 = 1 << 20;
 
+/// The entry type golem-worker's init gives an entry it could not archive (a file it could not
+/// open or read, a directory it could not list, a socket, a path too long to walk). It is one of
+/// the types POSIX leaves to implementations (`A`-`Z`) that no tar writer uses; the worker never
+/// writes the archive, so only the init can emit it. The init's side of this contract is
+/// worker-image `init::REFUSAL_TYPE`.
+pub const INIT_REFUSAL_TYPE: u8 = b'Z';
+
+/// The PAX record that precedes an [`INIT_REFUSAL_TYPE`] entry and says why the init could not
+/// archive it (worker-image `init::REFUSAL_KEY`).
+pub const INIT_REFUSAL_KEY: &str = "GOLEM.refused";
+
 /// Copy buffer size.
 const COPY_BUF_BYTES: usize = 64 * 1024;
 
@@ -650,6 +661,21 @@ fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
 }
 
 /// Reason text for entry types that are never extracted.
+/// Why the init could not archive an entry, from its [`INIT_REFUSAL_KEY`] PAX record, escaped
+/// (the init quotes the kernel's error, but the record is read as hostile like everything else).
+fn init_refusal_reason<R: Read>(entry: &mut Entry<'_, R>) -> String {
+    let why = entry.pax_extensions().ok().flatten().and_then(|records| {
+        records
+            .filter_map(Result::ok)
+            .find(|r| r.key_bytes() == INIT_REFUSAL_KEY.as_bytes())
+            .map(|r| escape_for_report(r.value_bytes()))
+    });
+    match why {
+        Some(why) => format!("not archived by the init: {why}"),
+        None => "not archived by the init".to_string(),
+    }
+}
+
 fn describe_unsupported<R: Read>(entry: &Entry<'_, R>) -> String {
     let et = entry.header().entry_type();
     let target = || match entry.link_name_bytes() {
@@ -789,6 +815,14 @@ impl Extractor<'_> {
         let raw = entry.path_bytes().into_owned();
         let shown = escape_for_report(&raw);
         let et = entry.header().entry_type();
+
+        // Something in the output the init could not archive: a loss the worker caused (a
+        // mode-000 file, a starved descriptor limit), listed so it is never a silent one.
+        if et.as_byte() == INIT_REFUSAL_TYPE {
+            let reason = init_refusal_reason(entry);
+            self.reject(shown, reason);
+            return Ok(());
+        }
 
         let parsed = match parse_name(&raw, self.root) {
             Ok(p) => p,
@@ -1441,7 +1475,7 @@ mod tests {
             (b'6', "fifo"),
             (b'3', "character device"),
             (b'4', "block device"),
-            (b'Z', "socket or unknown type 0x5a"),
+            (b'Y', "socket or unknown type 0x59"),
             (b'g', "unsupported extension header type 0x67"),
         ] {
             let a = Raw::with_root()
@@ -1454,6 +1488,40 @@ mod tests {
             assert_eq!(ex.files.len(), 1);
             sb.check();
         }
+    }
+
+    #[test]
+    fn what_the_init_could_not_archive_is_listed_with_its_reason() {
+        let a = Raw::with_root()
+            .pax(&[(INIT_REFUSAL_KEY, b"Permission denied (os error 13)\x1b[2J")])
+            .entry(b"output/secret.txt", INIT_REFUSAL_TYPE, 0, b"", b"")
+            .dir(b"output/closed/")
+            .pax(&[(INIT_REFUSAL_KEY, b"cannot list it")])
+            .entry(b"output/closed/", INIT_REFUSAL_TYPE, 0, b"", b"")
+            .entry(b"output/no-reason", INIT_REFUSAL_TYPE, 0, b"", b"")
+            .file(b"output/after", b"ok")
+            .finish();
+        let sb = sandbox();
+        let ex = sb.run(&a[..], &LIM).unwrap();
+        let listed: Vec<(&str, &str)> = ex
+            .rejected
+            .iter()
+            .map(|r| (r.path.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (
+                    "output/secret.txt",
+                    "not archived by the init: Permission denied (os error 13)\\u{1b}[2J"
+                ),
+                ("output/closed/", "not archived by the init: cannot list it"),
+                ("output/no-reason", "not archived by the init"),
+            ]
+        );
+        assert_eq!(ex.files.len(), 1);
+        assert_eq!(ex.dirs, ["closed"]);
+        sb.check();
     }
 
     #[test]

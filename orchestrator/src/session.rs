@@ -230,7 +230,8 @@ pub enum SessionError {
     /// The output archive began but did not end: the engine cut the stream, it stalled, or the
     /// init could not finish writing it. The init finishes what it starts unless something
     /// outside kills it, so this counts as the host's failure (a worker can only cause it by
-    /// lowering its init's resource limits, which fails no one but its own document).
+    /// lowering its init's hard CPU, memory or stack limits, which fails no one but its own
+    /// document; see SECURITY.md, "What is not defended").
     #[error("the output archive was cut short ({0}); nothing was staged")]
     ArchiveCut(String),
     /// No worker identity could be allocated.
@@ -1025,6 +1026,50 @@ fn identity(path: &Path) -> Result<(u64, u64), SessionError> {
     Ok((meta.dev(), meta.ino()))
 }
 
+/// How long the attach stream is drained, at most, while a kill runs and after it: the engine
+/// closes it once the container is dead, so this only bounds an engine that never does.
+const KILL_DRAIN: Duration = Duration::from_secs(30);
+
+/// Kills the container while reading its attach stream to the end, throwing stdout away and
+/// keeping stderr in the logs. On engine 20.10 a kill returns only once the daemon has
+/// drained the container's attach streams, so a client that stopped reading (a refused
+/// archive with 30 MB still to come) stalled its own kill until the client's timeout, and the
+/// worker's refused output became a host failure.
+async fn kill_draining(
+    docker: &Docker,
+    container: &str,
+    mut attached: container::Attached,
+    logs: &mut LogBuffer,
+) -> Result<(), SessionError> {
+    use bollard::container::LogOutput;
+    let kill = container::kill(docker, container);
+    tokio::pin!(kill);
+    let give_up = tokio::time::sleep(KILL_DRAIN);
+    tokio::pin!(give_up);
+    let mut killed = None;
+    let mut open = true;
+    while killed.is_none() || open {
+        tokio::select! {
+            result = &mut kill, if killed.is_none() => killed = Some(result),
+            item = attached.next(), if open => match item {
+                Some(Ok(LogOutput::StdErr { message })) => logs.push(&message),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => open = false,
+            },
+            () = &mut give_up => break,
+        }
+    }
+    // An engine that neither finished the kill nor closed the stream in time: stop reading
+    // (dropping the stream closes the connection, which ends the daemon's copy) and wait out
+    // the kill.
+    drop(attached);
+    match killed {
+        Some(result) => result?,
+        None => kill.await?,
+    }
+    Ok(())
+}
+
 /// What the container's streams delivered.
 struct Streamed {
     exit: Exit,
@@ -1084,7 +1129,8 @@ impl Validator {
 /// Reads the running container's streams until it ends: stderr into the logs, stdout (the
 /// init's archive of `/output`, which begins only once the worker and everything it started
 /// are dead) into the validator. Kills the container at `timeout` if no archive has begun, when
-/// the archive stalls, or as soon as the validator refuses it.
+/// the archive stalls, or as soon as the validator refuses it; the kill runs while the streams
+/// are still drained (see [`kill_draining`]).
 async fn stream(
     docker: &Docker,
     container: &str,
@@ -1098,19 +1144,18 @@ async fn stream(
     let mut validator: Option<Validator> = None;
     let mut timed_out = false;
     let mut stalled = false;
+    // Ok(true): the container must be killed; Ok(false): its streams ended by themselves.
     let read = async {
         let mut deadline = tokio::time::Instant::now() + timeout;
-        let mut refused = false;
         loop {
             let item = match tokio::time::timeout_at(deadline, attached.next()).await {
                 Err(_) => {
                     // Past the worker's limit before any archive, or the archive stalled.
                     timed_out = validator.is_none();
                     stalled = !timed_out;
-                    container::kill(docker, container).await?;
-                    return Ok(());
+                    return Ok(true);
                 }
-                Ok(None) => return Ok(()),
+                Ok(None) => return Ok(false),
                 Ok(Some(Err(e))) => {
                     return Err(SessionError::Engine(EngineError::api(
                         "reading the worker's output",
@@ -1123,7 +1168,7 @@ async fn stream(
                     logs.push(&message);
                     continue;
                 }
-                LogOutput::StdOut { message } if !refused => message,
+                LogOutput::StdOut { message } => message,
                 _ => continue,
             };
             if validator.is_none() {
@@ -1137,19 +1182,26 @@ async fn stream(
                 if v.chunks.send(message).await.is_err() {
                     // The validator stopped reading: the output is refused (or the host
                     // failed). Nothing more of it is wanted.
-                    refused = true;
-                    container::kill(docker, container).await?;
+                    return Ok(true);
                 }
             }
         }
     };
-    let read: Result<(), SessionError> = read.await;
+    let read: Result<bool, SessionError> = read.await;
+    let killed = match read {
+        Ok(true) => kill_draining(docker, container, attached, &mut logs).await,
+        _ => {
+            drop(attached);
+            Ok(())
+        }
+    };
     // The validator always finishes before its stage is kept or dropped.
     let extraction = match validator {
         Some(v) => Some(v.finish().await),
         None => None,
     };
     read?;
+    killed?;
     let exit = container::finished(docker, container, timed_out).await?;
     Ok(Streamed {
         exit,

@@ -13,6 +13,7 @@ mod harness;
 mod host_users;
 mod intake_races;
 mod policy_narrowing;
+mod refusals;
 mod review;
 mod session;
 mod state_dir;

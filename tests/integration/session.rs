@@ -231,8 +231,8 @@ fn links_fifos_sockets_and_setuid_files_never_reach_the_stage() {
             reason_of(bad).unwrap_or_else(|| panic!("{bad} not listed as rejected: {rejected:?}"));
         assert!(reason.contains(why), "{bad}: {reason}");
     }
-    // Docker's archiver omits sockets from the stream altogether, so the socket cannot even be
-    // listed; it must simply not be there.
+    // tar has no type for a socket: it is listed as an entry the init could not archive and
+    // must simply not be there.
     assert!(!accepted.iter().any(|p| p.ends_with("sock")));
     // On disk: one regular file, nothing else, no setuid bit.
     let files = g.staged_files(&staged);

@@ -15,7 +15,10 @@
 //! host reads stdout over the attach stream and validates every entry as
 //! hostile, logging each rejection; so init reports faithfully what is there
 //! (links, FIFOs, devices, setuid bits, odd names) instead of filtering it,
-//! and never follows a link or opens anything but a regular file.
+//! and never follows a link or opens anything but a regular file. What it
+//! cannot archive (a file it cannot open, a directory it cannot list, a
+//! socket) it names in the archive as a refusal entry ([`REFUSAL_TYPE`]),
+//! so the host lists every loss instead of never hearing of it.
 //!
 //! Init's fd 1 carries nothing but the tar: the worker's stdout and stderr
 //! both go to init's stderr, and init makes itself non-dumpable so the
@@ -63,6 +66,17 @@ pub const EXIT_CANNOT_RUN: i32 = 127;
 /// Exit code: init refused to run (it is not PID 1 where it must be, or it
 /// could not protect itself); nothing was started and no archive written.
 pub const EXIT_REFUSED: i32 = 126;
+
+/// The entry type init gives an entry it could not archive (a file it could
+/// not open, a directory it could not list, a socket, a path too long to
+/// walk), so that the host lists it as a rejection instead of never hearing
+/// of it. One of the types POSIX leaves to implementations and no tar writer
+/// uses; the worker never writes the archive, so only init can emit it. The
+/// host's side of this contract is golem-orch `extract::INIT_REFUSAL_TYPE`.
+pub const REFUSAL_TYPE: u8 = b'Z';
+/// The PAX record before a [`REFUSAL_TYPE`] entry that says why init could
+/// not archive it (golem-orch `extract::INIT_REFUSAL_KEY`).
+pub const REFUSAL_KEY: &str = "GOLEM.refused";
 
 /// The stdout buffer: large writes keep the attach stream efficient.
 const OUTPUT_BUFFER: usize = 64 * 1024;
@@ -157,6 +171,16 @@ pub fn main(opts: &InitOptions) -> i32 {
         }
     };
     let status = run_worker(opts, &timer);
+    // The worker shares init's uid, so it may have lowered init's soft
+    // limits with prlimit(2); take back what the hard limits allow. Init's
+    // stdin is closed, as nothing reads it once the worker has run, so that a
+    // hard descriptor limit above 0 still leaves init one descriptor (the
+    // lowest) to list and read with. Whatever init still cannot open is a
+    // listed refusal in the archive.
+    restore_limits();
+    // SAFETY: fd 0 is init's stdin, which nothing in init uses from here on;
+    // the archive goes to the descriptor taken before the worker ran.
+    unsafe { libc::close(0) };
     match archive_to(stdout, &opts.output) {
         Ok(()) => status,
         Err(e) => {
@@ -381,6 +405,31 @@ fn reap_all() {
     }
 }
 
+/// Raises the soft limits the archive depends on (descriptors, memory,
+/// stack, CPU) back to their hard limits. Best effort: a hard limit the
+/// worker lowered stays lowered.
+fn restore_limits() {
+    for resource in [
+        libc::RLIMIT_NOFILE,
+        libc::RLIMIT_AS,
+        libc::RLIMIT_DATA,
+        libc::RLIMIT_STACK,
+        libc::RLIMIT_CPU,
+    ] {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit with a valid rlimit struct.
+        unsafe {
+            if libc::getrlimit(resource, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+                limit.rlim_cur = limit.rlim_max;
+                libc::setrlimit(resource, &limit);
+            }
+        }
+    }
+}
+
 /// Writes the archive of `dir` to init's stdout, notes to stderr.
 fn archive_to(stdout: File, dir: &Path) -> io::Result<()> {
     let out = BufWriter::with_capacity(OUTPUT_BUFFER, stdout);
@@ -401,9 +450,19 @@ fn archive_to(stdout: File, dir: &Path) -> io::Result<()> {
 /// bits included), uid, gid and mtime; names are raw bytes. The walk uses an
 /// explicit stack, since the depth is the worker's choice.
 ///
-/// Sockets (no tar type exists), entries that cannot be read and paths
-/// longer than [`MAX_RELATIVE_PATH`] are skipped; each skip is passed to
-/// `note` as one line, with the name escaped.
+/// Sockets (no tar type exists), files that cannot be opened, directories
+/// that cannot be listed (in full), entries that vanished or changed and
+/// paths longer than [`MAX_RELATIVE_PATH`] become a refusal: a
+/// [`REFUSAL_TYPE`] entry under their name, after a PAX [`REFUSAL_KEY`]
+/// record saying why, which the host lists as a rejection. So nothing the
+/// worker left is lost without the host being told (a worker can make init
+/// fail to read its files, for example with mode 000 or by lowering init's
+/// `RLIMIT_NOFILE`). Each refusal is also passed to `note` as one line, with
+/// the name escaped.
+///
+/// When `dir` itself is not a directory (an image whose `/output` is a
+/// symbolic link, so the engine mounted the tmpfs where it points), the
+/// archive holds that one entry as it is, which the host refuses whole.
 ///
 /// An error (from `out`, or a file shorter than its size) ends the stream
 /// where it is, without the end-of-archive marker, so the host can tell a
@@ -417,10 +476,11 @@ pub fn write_archive<W: Write>(dir: &Path, out: W, mut note: impl FnMut(String))
     };
     let root = fs::symlink_metadata(dir).map_err(context)?;
     if !root.is_dir() {
-        return Err(context(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a directory",
-        )));
+        note(format!(
+            "golem-init: {} is not a directory",
+            show(dir.as_os_str().as_bytes())
+        ));
+        return archive_with(out, |ar| not_a_directory(ar, dir, &root));
     }
     archive_with(out, |ar| walk(ar, dir, &root, &mut note))
 }
@@ -467,6 +527,80 @@ impl<W: Write> Write for Abandonable<W> {
     }
 }
 
+/// The archive of an output "directory" that is something else: its one
+/// entry, named like the root without the trailing slash, of its own type.
+fn not_a_directory<W: Write>(ar: &mut Builder<W>, dir: &Path, meta: &Metadata) -> io::Result<()> {
+    let name = dir.file_name().map_or(FALLBACK_ROOT, |n| n.as_bytes());
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        let target = fs::read_link(dir)?;
+        return append_link(
+            ar,
+            header(meta, EntryType::Symlink),
+            name,
+            target.as_os_str().as_bytes(),
+        );
+    }
+    let kind = if kind.is_file() {
+        EntryType::Regular
+    } else if kind.is_fifo() {
+        EntryType::Fifo
+    } else if kind.is_char_device() {
+        EntryType::Char
+    } else if kind.is_block_device() {
+        EntryType::Block
+    } else {
+        EntryType::new(REFUSAL_TYPE)
+    };
+    // No contents: the host refuses an archive whose first entry is not the
+    // directory before it reads any.
+    append_empty(ar, header(meta, kind), name)
+}
+
+/// Appends a refusal: a PAX record with [`REFUSAL_KEY`] = `why`, then an
+/// empty [`REFUSAL_TYPE`] entry named `name`, and notes it.
+fn refuse<W: Write>(
+    ar: &mut Builder<W>,
+    name: &[u8],
+    why: &str,
+    note: &mut dyn FnMut(String),
+) -> io::Result<()> {
+    note(format!("golem-init: cannot archive {}: {why}", show(name)));
+    let record = pax_record(REFUSAL_KEY, why.as_bytes());
+    let mut pax = Header::new_ustar();
+    pax.set_entry_type(EntryType::XHeader);
+    pax.set_path("PaxHeaders/refused")?;
+    pax.set_mode(0o644);
+    pax.set_uid(0);
+    pax.set_gid(0);
+    pax.set_mtime(0);
+    pax.set_size(record.len() as u64);
+    pax.set_cksum();
+    ar.append(&pax, record.as_slice())?;
+    let mut h = Header::new_gnu();
+    h.set_entry_type(EntryType::new(REFUSAL_TYPE));
+    h.set_mode(0);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_size(0);
+    append_empty(ar, h, name)
+}
+
+/// One PAX record, `"<len> <key>=<value>\n"`, where `<len>` counts the
+/// whole record including its own digits.
+fn pax_record(key: &str, value: &[u8]) -> Vec<u8> {
+    let body = key.len() + value.len() + 3;
+    let mut len = body + 1;
+    while len != body + len.to_string().len() {
+        len = body + len.to_string().len();
+    }
+    let mut record = format!("{len} {key}=").into_bytes();
+    record.extend_from_slice(value);
+    record.push(b'\n');
+    record
+}
+
 /// One directory being walked: its path relative to the output directory
 /// (empty for the root) and the names still to visit, in reverse order.
 struct Frame {
@@ -491,9 +625,10 @@ fn walk<W: Write>(
     root.push(b'/');
     append_empty(ar, header(root_meta, EntryType::Directory), &root)?;
     let mut links = Links::new();
+    let names = list_dir(ar, dir, &root, note)?;
     let mut stack = vec![Frame {
         rel: Vec::new(),
-        names: list_dir(dir, &root, note),
+        names,
     }];
     while let Some(frame) = stack.last_mut() {
         let Some(name) = frame.names.pop() else {
@@ -507,17 +642,15 @@ fn walk<W: Write>(
         rel.extend_from_slice(name.as_bytes());
         let mut entry = [root.as_slice(), rel.as_slice()].concat();
         if rel.len() > MAX_RELATIVE_PATH {
-            note(format!(
-                "golem-init: skipped {}: its path is longer than {MAX_RELATIVE_PATH} bytes",
-                show(&entry)
-            ));
+            let why = format!("its path is longer than {MAX_RELATIVE_PATH} bytes");
+            refuse(ar, &entry, &why, note)?;
             continue;
         }
         let path = dir.join(OsStr::from_bytes(&rel));
         let meta = match fs::symlink_metadata(&path) {
             Ok(meta) => meta,
             Err(e) => {
-                note(format!("golem-init: skipped {}: {e}", show(&entry)));
+                refuse(ar, &entry, &format!("cannot look at it: {e}"), note)?;
                 continue;
             }
         };
@@ -525,7 +658,7 @@ fn walk<W: Write>(
         if kind.is_dir() {
             entry.push(b'/');
             append_empty(ar, header(&meta, EntryType::Directory), &entry)?;
-            let names = list_dir(&path, &entry, note);
+            let names = list_dir(ar, &path, &entry, note)?;
             stack.push(Frame { rel, names });
         } else if kind.is_file() {
             append_file(ar, &path, &meta, &entry, &mut links, note)?;
@@ -537,7 +670,7 @@ fn walk<W: Write>(
                     &entry,
                     target.as_os_str().as_bytes(),
                 )?,
-                Err(e) => note(format!("golem-init: skipped {}: {e}", show(&entry))),
+                Err(e) => refuse(ar, &entry, &format!("cannot read the link: {e}"), note)?,
             }
         } else if kind.is_fifo() {
             append_empty(ar, header(&meta, EntryType::Fifo), &entry)?;
@@ -552,12 +685,9 @@ fn walk<W: Write>(
             h.set_device_minor(libc::minor(meta.rdev()))?;
             append_empty(ar, h, &entry)?;
         } else if kind.is_socket() {
-            note(format!("golem-init: skipped socket {}", show(&entry)));
+            refuse(ar, &entry, "a socket (tar has no type for it)", note)?;
         } else {
-            note(format!(
-                "golem-init: skipped {}: unknown file type",
-                show(&entry)
-            ));
+            refuse(ar, &entry, "an unknown file type", note)?;
         }
     }
     Ok(())
@@ -569,29 +699,36 @@ fn show(name: &[u8]) -> String {
 }
 
 /// The names in a directory, sorted by bytes, in reverse (so `pop` yields
-/// them in order). A directory that cannot be read is noted and counts as
-/// empty (its own entry has been written already).
-fn list_dir(path: &Path, entry: &[u8], note: &mut dyn FnMut(String)) -> Vec<OsString> {
+/// them in order). A directory that cannot be listed, or not in full, gets a
+/// refusal under its own name (its directory entry has been written
+/// already), and what could be listed is walked.
+fn list_dir<W: Write>(
+    ar: &mut Builder<W>,
+    path: &Path,
+    entry: &[u8],
+    note: &mut dyn FnMut(String),
+) -> io::Result<Vec<OsString>> {
     let mut names = Vec::new();
+    let mut failed = None;
     match fs::read_dir(path) {
         Ok(entries) => {
             for e in entries {
                 match e {
                     Ok(e) => names.push(e.file_name()),
                     Err(e) => {
-                        note(format!(
-                            "golem-init: cannot list all of {}: {e}",
-                            show(entry)
-                        ));
+                        failed = Some(format!("cannot list all of its entries: {e}"));
                         break;
                     }
                 }
             }
         }
-        Err(e) => note(format!("golem-init: cannot list {}: {e}", show(entry))),
+        Err(e) => failed = Some(format!("cannot list its entries: {e}")),
+    }
+    if let Some(why) = failed {
+        refuse(ar, entry, &why, note)?;
     }
     names.sort_unstable_by(|a, b| b.as_bytes().cmp(a.as_bytes()));
-    names
+    Ok(names)
 }
 
 /// A GNU header of type `kind` with the mode, owner and mtime of `meta`
@@ -649,7 +786,8 @@ fn append_link<W: Write>(
 /// Appends a regular file: a hard-link entry if it is a further name of a
 /// file already written, else its contents, read through a descriptor
 /// opened without following links or blocking and checked to be the file
-/// that was `lstat`ed. A file that cannot be opened is noted and skipped.
+/// that was `lstat`ed. A file that cannot be opened, or that is not what
+/// was `lstat`ed, is refused.
 fn append_file<W: Write>(
     ar: &mut Builder<W>,
     path: &Path,
@@ -670,10 +808,7 @@ fn append_file<W: Write>(
         .open(path)
     {
         Ok(file) => file,
-        Err(e) => {
-            note(format!("golem-init: skipped {}: {e}", show(name)));
-            return Ok(());
-        }
+        Err(e) => return refuse(ar, name, &format!("cannot open it: {e}"), note),
     };
     let same = file.metadata().is_ok_and(|now| {
         now.is_file()
@@ -682,11 +817,7 @@ fn append_file<W: Write>(
             && now.len() == meta.len()
     });
     if !same {
-        note(format!(
-            "golem-init: skipped {}: it changed while being archived",
-            show(name)
-        ));
-        return Ok(());
+        return refuse(ar, name, "it changed while being archived", note);
     }
     let mut h = header(meta, EntryType::Regular);
     h.set_size(meta.len());
@@ -751,6 +882,8 @@ mod tests {
         link: Option<Vec<u8>>,
         data: Vec<u8>,
         uid: u64,
+        /// The init's [`REFUSAL_KEY`] record, when there is one.
+        refused: Option<Vec<u8>>,
     }
 
     fn parse(bytes: &[u8]) -> Vec<Seen> {
@@ -758,10 +891,17 @@ mod tests {
         let mut seen = Vec::new();
         for entry in archive.entries().expect("entries") {
             let mut entry = entry.expect("entry");
+            let refused = entry.pax_extensions().expect("pax").and_then(|records| {
+                records
+                    .filter_map(Result::ok)
+                    .find(|r| r.key_bytes() == REFUSAL_KEY.as_bytes())
+                    .map(|r| r.value_bytes().to_vec())
+            });
             let mut data = Vec::new();
             entry.read_to_end(&mut data).expect("contents");
             let h = entry.header();
             seen.push(Seen {
+                refused,
                 name: entry.path_bytes().into_owned(),
                 kind: h.entry_type(),
                 mode: h.mode().expect("mode"),
@@ -828,7 +968,10 @@ mod tests {
         assert!(ends_with_end_marker(&bytes), "no end-of-archive marker");
         assert_eq!(
             notes,
-            vec!["golem-init: skipped socket output/sock".to_string()]
+            vec![
+                "golem-init: cannot archive output/sock: a socket (tar has no type for it)"
+                    .to_string()
+            ]
         );
 
         let seen = parse(&bytes);
@@ -857,6 +1000,7 @@ mod tests {
             "output/odd-link".to_string(),
             "output/passwd".to_string(),
             "output/setuid".to_string(),
+            "output/sock".to_string(),
         ];
         assert_eq!(names, expected);
 
@@ -928,6 +1072,13 @@ mod tests {
 
         let setuid = get(b"output/setuid");
         assert_eq!((setuid.kind, setuid.mode), (EntryType::Regular, 0o4755));
+
+        let sock = get(b"output/sock");
+        assert_eq!((sock.kind, sock.size), (EntryType::new(REFUSAL_TYPE), 0));
+        assert_eq!(
+            sock.refused.as_deref(),
+            Some(&b"a socket (tar has no type for it)"[..])
+        );
     }
 
     #[test]
@@ -996,18 +1147,39 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_or_non_directory_output_is_an_error() {
+    fn a_missing_output_is_an_error() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut out = Vec::new();
         let missing = write_archive(&tmp.path().join("nope"), &mut out, |_| {});
         assert!(missing.is_err());
-        fs::write(tmp.path().join("file"), b"").expect("write");
-        symlink(tmp.path(), tmp.path().join("link")).expect("symlink");
-        for name in ["file", "link"] {
-            let r = write_archive(&tmp.path().join(name), &mut out, |_| {});
-            assert!(r.is_err(), "{name}");
-        }
         assert!(out.is_empty());
+    }
+
+    /// An image whose `/output` is a link (or a file): the archive holds it
+    /// as it is, and the host refuses an archive whose root is no directory.
+    #[test]
+    fn an_output_that_is_not_a_directory_is_archived_as_it_is() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        fs::write(tmp.path().join("output"), b"not a dir").expect("write");
+        let (bytes, notes) = archive(&tmp.path().join("output"));
+        assert!(ends_with_end_marker(&bytes));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let seen = parse(&bytes);
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0].name.as_slice(), seen[0].kind, seen[0].size),
+            (&b"output"[..], EntryType::Regular, 0)
+        );
+        let link_dir = tempfile::tempdir().expect("tempdir");
+        symlink("/data", link_dir.path().join("output")).expect("symlink");
+        let (bytes, _) = archive(&link_dir.path().join("output"));
+        let seen = parse(&bytes);
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            (seen[0].name.as_slice(), seen[0].kind),
+            (&b"output"[..], EntryType::Symlink)
+        );
+        assert_eq!(seen[0].link.as_deref(), Some(&b"/data"[..]));
     }
 
     /// Creates `levels` nested directories of 250-byte names under `dir` with
@@ -1050,7 +1222,7 @@ mod tests {
     }
 
     #[test]
-    fn overlong_paths_are_skipped_with_a_note() {
+    fn overlong_paths_are_refused_by_name() {
         // Under /tmp, so the absolute paths of the entries the walk keeps stay
         // under the kernel's limit whatever TMPDIR is.
         let tmp = tempfile::Builder::new()
@@ -1063,9 +1235,16 @@ mod tests {
         assert!(ends_with_end_marker(&bytes));
         let seen = parse(&bytes);
         // The root and 16 levels (16 * 251 - 1 = 4015 bytes); the 17th
-        // (4266 bytes) is skipped with everything in it.
-        assert_eq!(seen.len(), 17, "{notes:?}");
-        assert!(seen.iter().all(|s| s.kind == EntryType::Directory));
+        // (4266 bytes) is refused, with everything in it.
+        assert_eq!(seen.len(), 18, "{notes:?}");
+        assert!(seen[..17].iter().all(|s| s.kind == EntryType::Directory));
+        let refused = &seen[17];
+        assert_eq!(refused.kind, EntryType::new(REFUSAL_TYPE));
+        assert_eq!(refused.name.len(), b"output/".len() + 17 * 251 - 1);
+        assert_eq!(
+            refused.refused.as_deref(),
+            Some(&b"its path is longer than 4096 bytes"[..])
+        );
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes[0].ends_with("its path is longer than 4096 bytes"),
@@ -1085,8 +1264,59 @@ mod tests {
         let (_, notes) = archive(&out);
         assert_eq!(
             notes,
-            vec!["golem-init: skipped socket output/s\\u{1b}]0;x\\u{7}\\xff".to_string()]
+            vec![
+                "golem-init: cannot archive output/s\\u{1b}]0;x\\u{7}\\xff: a socket (tar has no type for it)"
+                    .to_string()
+            ]
         );
+    }
+
+    /// A file that is not what was listed, or is gone, is refused by name:
+    /// never a silent gap in the archive.
+    #[test]
+    fn a_file_that_vanished_or_changed_is_refused_by_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let listed = tmp.path().join("listed");
+        fs::write(&listed, b"1").expect("write");
+        let meta = fs::symlink_metadata(&listed).expect("lstat");
+        let other = tmp.path().join("other");
+        fs::write(&other, b"22").expect("write");
+        let mut out = Vec::new();
+        let mut notes = Vec::new();
+        archive_with(&mut out, |ar| {
+            let mut links = Links::new();
+            let mut note = |n: String| notes.push(n);
+            append_file(ar, &other, &meta, b"output/changed", &mut links, &mut note)?;
+            fs::remove_file(&listed)?;
+            append_file(
+                ar,
+                &listed,
+                &meta,
+                b"output/vanished",
+                &mut links,
+                &mut note,
+            )
+        })
+        .expect("archive");
+        assert!(ends_with_end_marker(&out));
+        let seen = parse(&out);
+        let refused: Vec<_> = seen
+            .iter()
+            .map(|s| (s.name.as_slice(), s.kind, s.refused.as_deref()))
+            .collect();
+        let refusal = EntryType::new(REFUSAL_TYPE);
+        assert_eq!(refused[0].0, b"output/changed");
+        assert_eq!(refused[0].1, refusal);
+        assert_eq!(refused[0].2, Some(&b"it changed while being archived"[..]));
+        assert_eq!(refused[1].0, b"output/vanished");
+        assert_eq!(refused[1].1, refusal);
+        assert!(
+            refused[1]
+                .2
+                .is_some_and(|why| why.starts_with(b"cannot open it: No such file")),
+            "{refused:?}"
+        );
+        assert_eq!(notes.len(), 2, "{notes:?}");
     }
 
     #[test]

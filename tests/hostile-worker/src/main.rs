@@ -72,6 +72,12 @@ modes:
                       its logs
   files PATH HEX...   write each PATH under /output (parents created) with the bytes HEX encodes,
                       to stage files a reviewer must be warned about (CI config, look-alikes)
+  flood N BYTES       create N small files /output/f{i}, then /output/zz-big of BYTES bytes
+  sparse BYTES        write ok.txt and /output/sparse, a hole of BYTES bytes using no memory
+  unreadable          write ok.txt, a mode-000 file and a mode-000 directory holding a file
+  prlimit-init N [soft]
+                      lower PID 1's RLIMIT_NOFILE to N (soft and hard, or only the soft
+                      limit), then write ok.txt and two more files
 environment: HOSTILE_OUTPUT_DIR (default /output), HOSTILE_INPUT_DIR (default /input),
   HOSTILE_WORKER_ALLOW_HOST=1 to run the dangerous modes outside a container.
 ";
@@ -161,6 +167,20 @@ fn main() -> ExitCode {
         ("try-read", Some(_)) => try_read(&args[1..]),
         ("procs", None) => procs(),
         ("forge-archive", None) => forge_archive(),
+        ("flood", Some(n)) => match (n.parse(), args.get(2).map(|b| b.parse::<u64>())) {
+            (Ok(n), Some(Ok(bytes))) => flood(n, bytes),
+            _ => usage("flood takes a file count and a byte count"),
+        },
+        ("sparse", Some(n)) => match n.parse() {
+            Ok(n) => sparse(n),
+            Err(_) => usage("sparse takes a byte count"),
+        },
+        ("unreadable", None) => unreadable(),
+        ("prlimit-init", Some(n)) => match (n.parse(), args.get(2).map(String::as_str)) {
+            (Ok(n), None) => prlimit_init(n, false),
+            (Ok(n), Some("soft")) => prlimit_init(n, true),
+            _ => usage("prlimit-init takes a descriptor count and optionally `soft`"),
+        },
         ("say", Some(_)) => say(&args[1..]),
         ("files", Some(_)) if !args.len().is_multiple_of(2) => files(&args[1..]),
         ("setid-workspace", None) => setid_workspace(),
@@ -1609,4 +1629,112 @@ fn decode_hex(hex: &str) -> io::Result<Vec<u8>> {
                 .ok_or_else(bad)
         })
         .collect()
+}
+
+/// More files than the cap, then one big file: what follows the refused entry is large, so a
+/// host that stops reading the stream while it kills the container stalls the kill.
+fn flood(n: u64, bytes: u64) -> i32 {
+    let out = output_dir();
+    let mut s = Steps::new("flood");
+    let mut created = 0u64;
+    let mut error = None;
+    for i in 0..n {
+        if let Err(e) = fs::write(out.join(format!("f{i}")), format!("{i}\n")) {
+            error = Some(e);
+            break;
+        }
+        created += 1;
+    }
+    s.note(
+        "files",
+        json!({
+            "requested": n,
+            "created": created,
+            "error": error.as_ref().map(ToString::to_string),
+        }),
+    );
+    let (written, err) = write_big(&out.join("zz-big"), Some(bytes));
+    s.note(
+        "big",
+        json!({
+            "requested": bytes,
+            "bytes_written": written,
+            "error": err.as_ref().map(ToString::to_string),
+        }),
+    );
+    s.finish();
+    0
+}
+
+/// A file that is one hole: it costs the tmpfs nothing, but its archive carries every byte.
+fn sparse(bytes: u64) -> i32 {
+    let mut s = Steps::new("sparse");
+    write_ok(&mut s);
+    let result = File::create(output_dir().join("sparse")).and_then(|f| f.set_len(bytes));
+    s.note(
+        "sparse",
+        json!({
+            "bytes": bytes,
+            "ok": result.is_ok(),
+            "error": result.as_ref().err().map(ToString::to_string),
+        }),
+    );
+    s.finish();
+    0
+}
+
+/// Output the init cannot read as it finds it: a mode-000 file and a mode-000 directory.
+fn unreadable() -> i32 {
+    let out = output_dir();
+    let mut s = Steps::new("unreadable");
+    write_ok(&mut s);
+    let secret = out.join("secret.txt");
+    let closed = out.join("closed");
+    let file = fs::write(&secret, "secret\n")
+        .and_then(|()| fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)));
+    let dir = fs::create_dir(&closed)
+        .and_then(|()| fs::write(closed.join("inside.txt"), "inside\n"))
+        .and_then(|()| fs::set_permissions(&closed, fs::Permissions::from_mode(0o000)));
+    s.note(
+        "unreadable",
+        json!({
+            "file": file.as_ref().err().map(ToString::to_string),
+            "dir": dir.as_ref().err().map(ToString::to_string),
+        }),
+    );
+    s.finish();
+    0
+}
+
+/// Lowers the init's descriptor limit (it runs as the worker's uid, so prlimit(2) on PID 1 is
+/// allowed), so that it cannot open the files it should archive.
+fn prlimit_init(n: u64, soft_only: bool) -> i32 {
+    let mut s = Steps::new("prlimit-init");
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reading PID 1's limit into a valid struct.
+    unsafe { libc::prlimit(1, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) };
+    let limit = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: if soft_only { old.rlim_max } else { n },
+    };
+    // SAFETY: prlimit with a valid new limit and no old-limit pointer.
+    let r = unsafe { libc::prlimit(1, libc::RLIMIT_NOFILE, &limit, std::ptr::null_mut()) };
+    let error = (r != 0).then(|| io::Error::last_os_error().to_string());
+    s.note(
+        "prlimit",
+        json!({ "nofile": n, "ok": r == 0, "error": error }),
+    );
+    write_ok(&mut s);
+    let out = output_dir();
+    let more =
+        fs::write(out.join("a.txt"), "a\n").and_then(|()| fs::write(out.join("b.txt"), "b\n"));
+    s.note(
+        "files",
+        json!({ "error": more.as_ref().err().map(ToString::to_string) }),
+    );
+    s.finish();
+    0
 }
