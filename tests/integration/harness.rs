@@ -230,15 +230,25 @@ pub fn hostile_image() -> &'static str {
             "FROM scratch\nCOPY hostile-worker /hostile-worker\nUSER 65534:65534\nENTRYPOINT [\"/hostile-worker\"]\n",
         )
         .expect("Dockerfile");
-        let out = Command::new("docker")
-            .args(["build", "-q", "-t", &tag])
-            .arg(context.path())
-            .env("DOCKER_BUILDKIT", "0")
-            .output()
-            .expect("docker build");
-        assert!(out.status.success(), "docker build failed: {}", String::from_utf8_lossy(&out.stderr));
+        docker_build(&tag, context.path());
         tag
     })
+}
+
+/// Builds the image `tag` from the Dockerfile in `context` with the classic builder, which uses
+/// a local `FROM` image (such as [`hostile_image`]) without trying to pull it; panics on failure.
+pub fn docker_build(tag: &str, context: &Path) {
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", tag])
+        .arg(context)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .expect("docker build");
+    assert!(
+        out.status.success(),
+        "docker build {tag}: {}",
+        stderr_text(&out)
+    );
 }
 
 /// A short, stable tag for `bytes` (FNV-1a, 64 bits): enough to tell builds apart on one engine.

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::attacks::{wait_for_stderr_line, ChildGuard, LabelGuard};
-use crate::harness::{docker_lines, git, hostile_image, stderr_text, Golem};
+use crate::harness::{docker_build, docker_lines, git, hostile_image, stderr_text, Golem};
 
 /// The host's `nobody`: "another user" in these stories.
 const OTHER_UID: u32 = 65534;
@@ -359,13 +359,7 @@ fn gc_never_touches_a_container_whose_image_carries_golem_labels_nor_a_live_sess
         ),
     )
     .unwrap();
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &tag])
-        .arg(context.path())
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .expect("docker build");
-    assert!(out.status.success(), "docker build: {}", stderr_text(&out));
+    docker_build(&tag, context.path());
     let out = Command::new("docker")
         .args([
             "run",
