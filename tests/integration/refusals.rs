@@ -7,7 +7,6 @@
 //! as the worker's failure): a worker can never cause a silent success with missing files.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use serde_json::Value;
