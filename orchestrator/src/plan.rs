@@ -501,6 +501,30 @@ mod tests {
     use super::*;
     use crate::policy;
 
+    /// A command for `image` with no arguments and no resolved image id.
+    fn command(image: &str, entrypoint: Option<Vec<String>>) -> Command {
+        Command {
+            image: image.into(),
+            image_id: None,
+            entrypoint,
+            cmd: vec![],
+        }
+    }
+
+    /// Host paths with the state directory at `/s`, outside any repository.
+    fn paths_under_s(user: Option<SessionUser>) -> HostPaths {
+        HostPaths {
+            input: "/h/in".into(),
+            workspace: "/h/ws".into(),
+            repo: None,
+            state: "/s".into(),
+            task: None,
+            init: "/s/bin/init".into(),
+            user,
+            other_states: vec![],
+        }
+    }
+
     fn plan_for(
         level: TrustLevel,
         repo: Option<&str>,
@@ -624,12 +648,7 @@ mod tests {
             user: None,
             other_states: vec![],
         };
-        let cmd = Command {
-            image: "img".into(),
-            image_id: None,
-            entrypoint: None,
-            cmd: vec![],
-        };
+        let cmd = command("img", None);
         let err = build("s", &p, &nested, &cmd, BTreeMap::new(), false).unwrap_err();
         assert!(matches!(err, PlanError::StateNestedInRepo(_)), "{err}");
         // Every other state directory in the repository is hidden as well.
@@ -692,22 +711,8 @@ mod tests {
         let p = policy::load(TrustLevel::Untrusted, None, None)
             .unwrap()
             .policy;
-        let paths = HostPaths {
-            input: "/h/in".into(),
-            workspace: "/h/ws".into(),
-            repo: None,
-            state: "/s".into(),
-            task: None,
-            init: "/s/bin/init".into(),
-            user: None,
-            other_states: vec![],
-        };
-        let none = Command {
-            image: "bare".into(),
-            image_id: None,
-            entrypoint: Some(vec![]),
-            cmd: vec![],
-        };
+        let paths = paths_under_s(None);
+        let none = command("bare", Some(vec![]));
         let err = build("s", &p, &paths, &none, BTreeMap::new(), false).unwrap_err();
         assert!(matches!(err, PlanError::NoCommand(_)), "{err}");
     }
@@ -730,22 +735,8 @@ mod tests {
             uid: 1_610_612_999,
             gid: 1_610_612_999,
         };
-        let paths = HostPaths {
-            input: "/h/in".into(),
-            workspace: "/h/ws".into(),
-            repo: None,
-            state: "/s".into(),
-            task: None,
-            init: "/s/bin/init".into(),
-            user: Some(me),
-            other_states: vec![],
-        };
-        let cmd = Command {
-            image: "img".into(),
-            image_id: None,
-            entrypoint: None,
-            cmd: vec![],
-        };
+        let paths = paths_under_s(Some(me));
+        let cmd = command("img", None);
         let plan = build("s", &p, &paths, &cmd, BTreeMap::new(), false).unwrap();
         assert_eq!(plan.user, "1610612999:1610612999");
         assert!(plan

@@ -242,6 +242,19 @@ pub fn collisions(proposal: &Proposal) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// Records that a push of `id` was refused for `err` and hands `err` back; if the record itself
+/// fails, that failure is what the caller reports.
+fn refused(audit: &Audit, id: &str, err: PushError) -> PushError {
+    match audit.record(
+        Some(id),
+        "push.refused",
+        json!({ "reason": err.to_string() }),
+    ) {
+        Ok(_) => err,
+        Err(e) => e.into(),
+    }
+}
+
 /// Makes the commit, moves the branch, optionally pushes to a remote, and marks the stage pushed.
 ///
 /// Holds the stage lock throughout, so two pushes of one staged commit cannot both commit. If an
@@ -263,26 +276,22 @@ pub fn execute(
     let mut lock = stage.lock()?;
     let proposal = propose(stage, audit, id, target, only)?;
     if !proposal.conflicts.is_empty() && !force {
-        let err = PushError::Conflict {
-            branch: target.branch.clone(),
-            paths: proposal.conflicts.clone(),
-        };
-        audit.record(
-            Some(id),
-            "push.refused",
-            json!({ "reason": err.to_string() }),
-        )?;
-        return Err(err);
+        return Err(refused(
+            audit,
+            id,
+            PushError::Conflict {
+                branch: target.branch.clone(),
+                paths: proposal.conflicts.clone(),
+            },
+        ));
     }
     let colliding = collisions(&proposal);
     if !colliding.is_empty() && !force {
-        let err = PushError::Collision { pairs: colliding };
-        audit.record(
-            Some(id),
-            "push.refused",
-            json!({ "reason": err.to_string() }),
-        )?;
-        return Err(err);
+        return Err(refused(
+            audit,
+            id,
+            PushError::Collision { pairs: colliding },
+        ));
     }
     if !colliding.is_empty() {
         // The person overrode a refusal: the log says what they accepted.

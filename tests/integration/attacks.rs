@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::harness::{engine_resources, hostile_image, remove_engine_resources, wait_until, Golem};
+use crate::harness::{
+    docker_build, engine_resources, hostile_image, remove_engine_resources, wait_until, Golem,
+};
 
 /// Longest a session of these tests may take before the test gives up on it: a hang guard (a
 /// removed timeout would otherwise hang the suite), not a timing assertion.
@@ -769,23 +771,9 @@ fn image_with_a_healthcheck() -> &'static str {
              CMD [\"/hostile-worker\", \"try-write\", \"/output/planted-by-healthcheck\"]\n",
             hostile_image()
         );
-        let mut build = Command::new("docker")
-            .args(["build", "-q", "-t", TAG, "-"])
-            .env("DOCKER_BUILDKIT", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("docker build");
-        std::io::Write::write_all(build.stdin.as_mut().expect("stdin"), dockerfile.as_bytes())
-            .expect("write the Dockerfile");
-        drop(build.stdin.take());
-        let out = build.wait_with_output().expect("docker build");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let context = tempfile::tempdir().expect("context");
+        std::fs::write(context.path().join("Dockerfile"), dockerfile).expect("Dockerfile");
+        docker_build(TAG, context.path());
     });
     TAG
 }

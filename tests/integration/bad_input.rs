@@ -8,7 +8,6 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,24 +216,6 @@ fn respond(mut conn: TcpStream) {
     };
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=Person",
-            "-c",
-            "user.email=person@example.org",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .status()
-        .expect("git")
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
 /// A directory with four policy files, `untrusted.yaml` holding a typo.
 fn policy_dir_with_typo(root: &Path) -> PathBuf {
     let dir = root.join("policies-typo");
@@ -262,11 +243,10 @@ fn every_command_refuses_bad_input_with_one_clear_line() {
     };
     let root = g.project.path().to_path_buf();
     // A project that is a git repository with one commit, and two staged commits.
-    git(&root, &["init", "-q"]);
-    std::fs::write(root.join(".gitignore"), "/.golem/\n").unwrap();
-    g.file("README.md", "project\n");
-    git(&root, &["add", "-A"]);
-    git(&root, &["commit", "-q", "-m", "initial"]);
+    g.git_repo(
+        &[],
+        &[(".gitignore", "/.golem/\n"), ("README.md", "project\n")],
+    );
     let staged = hostile(&g, &[], &["exit", "0"]);
     staged.assert_status("staged", 0);
     let s = staged.staged();
@@ -701,10 +681,7 @@ fn two_trust_levels_at_once_are_a_usage_error() {
 fn push_without_consent_and_without_a_terminal_is_one_line() {
     let g = Golem::new();
     let root = g.project.path().to_path_buf();
-    git(&root, &["init", "-q"]);
-    g.file("README.md", "project\n");
-    git(&root, &["add", "-A"]);
-    git(&root, &["commit", "-q", "-m", "initial"]);
+    g.git_repo(&[], &[("README.md", "project\n")]);
     let staged = hostile(&g, &[], &["exit", "0"]);
     staged.assert_status("staged", 0);
     let repo = root.display().to_string();

@@ -5,41 +5,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::harness::{stderr_text, Golem};
-
-/// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=Person",
-            "-c",
-            "user.email=person@example.org",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A project that is a git repository with one commit holding `files`.
-fn repo_with(g: &Golem, files: &[(&str, &str)]) {
-    git(g.project.path(), &["init", "-q"]);
-    std::fs::write(g.project.path().join(".gitignore"), ".golem/\n").unwrap();
-    for (name, content) in files {
-        g.file(name, content);
-    }
-    git(g.project.path(), &["add", "-A"]);
-    git(g.project.path(), &["commit", "-q", "-m", "initial"]);
-}
+use crate::harness::{git, stderr_text, Golem, IGNORE_GOLEM};
 
 /// Stages the default worker's report of one input; returns the staged id.
 fn stage_report(g: &Golem, level: &str) -> String {
@@ -61,7 +27,7 @@ fn snapshot(dir: &Path) -> (String, String, String) {
 #[test]
 fn push_makes_exactly_one_commit_on_its_branch_and_touches_nothing_else() {
     let g = Golem::new();
-    repo_with(&g, &[("README.md", "project\n")]);
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
     let id = stage_report(&g, "--untrusted");
     let before = snapshot(g.project.path());
     let (pushed, code) = g.json([
@@ -138,7 +104,7 @@ fn push_makes_exactly_one_commit_on_its_branch_and_touches_nothing_else() {
 #[test]
 fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
     let g = Golem::new();
-    repo_with(&g, &[("README.md", "project\n")]);
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
     let id = stage_report(&g, "--untrusted");
     // The branch already has letter.txt.md (different) and letter.txt.json (identical).
     let dir = g.project.path();
@@ -197,7 +163,7 @@ fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
 #[test]
 fn a_tampered_stage_is_refused() {
     let g = Golem::new();
-    repo_with(&g, &[]);
+    g.git_repo(&[], &[IGNORE_GOLEM]);
     let id = stage_report(&g, "--untrusted");
     let report = g.staged_files(&id).join("letter.txt.md");
     let original = std::fs::read(&report).unwrap();
@@ -240,7 +206,7 @@ fn a_tampered_stage_is_refused() {
 #[test]
 fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
     let g = Golem::new();
-    repo_with(&g, &[("README.md", "project\n")]);
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
     // A workspace session mounts the repository, so its HEAD is recorded.
     let id = stage_report(&g, "--workspace");
     let (manifest, _) = g.json(["show", &id, "--json"]);
@@ -280,7 +246,7 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
 #[test]
 fn consent_is_required_and_the_checked_out_branch_is_refused() {
     let g = Golem::new();
-    repo_with(&g, &[]);
+    g.git_repo(&[], &[IGNORE_GOLEM]);
     let id = stage_report(&g, "--untrusted");
     let out = g.output(["push", &id]);
     assert!(!out.status.success());
@@ -321,7 +287,7 @@ fn consent_is_required_and_the_checked_out_branch_is_refused() {
 #[test]
 fn push_can_continue_to_a_remote() {
     let g = Golem::new();
-    repo_with(&g, &[("README.md", "project\n")]);
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
     let remote = tempfile::tempdir().unwrap();
     git(remote.path(), &["init", "-q", "--bare"]);
     git(

@@ -90,6 +90,18 @@ impl Golem {
         path
     }
 
+    /// Makes the project a git repository with one commit, "initial", holding `files`; `config`
+    /// are extra `-c` settings for every git call.
+    pub fn git_repo(&self, config: &[&str], files: &[(&str, &str)]) {
+        let dir = self.project.path();
+        git_with(dir, config, &["init", "-q"]);
+        for (name, content) in files {
+            self.file(name, content);
+        }
+        git_with(dir, config, &["add", "-A"]);
+        git_with(dir, config, &["commit", "-q", "-m", "initial"]);
+    }
+
     /// The directory holding a staged commit's files.
     pub fn staged_files(&self, staged: &str) -> PathBuf {
         self.home.join("staged").join(staged).join("files")
@@ -218,15 +230,25 @@ pub fn hostile_image() -> &'static str {
             "FROM scratch\nCOPY hostile-worker /hostile-worker\nUSER 65534:65534\nENTRYPOINT [\"/hostile-worker\"]\n",
         )
         .expect("Dockerfile");
-        let out = Command::new("docker")
-            .args(["build", "-q", "-t", &tag])
-            .arg(context.path())
-            .env("DOCKER_BUILDKIT", "0")
-            .output()
-            .expect("docker build");
-        assert!(out.status.success(), "docker build failed: {}", String::from_utf8_lossy(&out.stderr));
+        docker_build(&tag, context.path());
         tag
     })
+}
+
+/// Builds the image `tag` from the Dockerfile in `context` with the classic builder, which uses
+/// a local `FROM` image (such as [`hostile_image`]) without trying to pull it; panics on failure.
+pub fn docker_build(tag: &str, context: &Path) {
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", tag])
+        .arg(context)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .expect("docker build");
+    assert!(
+        out.status.success(),
+        "docker build {tag}: {}",
+        stderr_text(&out)
+    );
 }
 
 /// A short, stable tag for `bytes` (FNV-1a, 64 bits): enough to tell builds apart on one engine.
@@ -252,4 +274,32 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// The first line of stderr, for one-line error checks.
 pub fn stderr_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A `.gitignore` that keeps the project's `.golem/` directory out of commits.
+pub const IGNORE_GOLEM: (&str, &str) = (".gitignore", ".golem/\n");
+
+/// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    git_with(dir, &[], args)
+}
+
+/// [`git`] with extra `-c` settings after the fixed identity.
+pub fn git_with(dir: &Path, config: &[&str], args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=Person",
+            "-c",
+            "user.email=person@example.org",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(config)
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", stderr_text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

@@ -7,7 +7,6 @@
 //! as the worker's failure): a worker can never cause a silent success with missing files.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -16,7 +15,7 @@ use crate::attacks::{
     audit_of, audited_rejections, hostile, parse_run, run_bounded, untrusted, worker_report, Run,
     HANG_GUARD,
 };
-use crate::harness::{hostile_image, Golem};
+use crate::harness::{docker_build, hostile_image, Golem};
 
 /// Runs a hostile mode and reports how long the session took (a figure for the issue's
 /// closing note, printed, never asserted).
@@ -271,17 +270,7 @@ fn image_with_a_symlinked_output() -> &'static str {
             format!("FROM {}\nCOPY root/ /\n", hostile_image()),
         )
         .expect("Dockerfile");
-        let out = Command::new("docker")
-            .args(["build", "-q", "-t", TAG])
-            .arg(context.path())
-            .env("DOCKER_BUILDKIT", "0")
-            .output()
-            .expect("docker build");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        docker_build(TAG, context.path());
     });
     TAG
 }

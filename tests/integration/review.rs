@@ -10,42 +10,14 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 
 use crate::attacks::hostile;
-use crate::harness::{stderr_text, Golem};
+use crate::harness::{git_with, stderr_text, Golem, IGNORE_GOLEM};
+
+/// Git leaves file names as they are, even on a file system that would precompose them.
+const NO_PRECOMPOSE: &[&str] = &["-c", "core.precomposeUnicode=false"];
 
 /// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=Person",
-            "-c",
-            "user.email=person@example.org",
-            "-c",
-            "init.defaultBranch=main",
-            "-c",
-            "core.precomposeUnicode=false",
-        ])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// The project becomes a git repository with one commit holding `files`.
-fn repo_with(g: &Golem, files: &[(&str, &str)]) {
-    git(g.project.path(), &["init", "-q"]);
-    std::fs::write(g.project.path().join(".gitignore"), ".golem/\n").unwrap();
-    for (name, content) in files {
-        g.file(name, content);
-    }
-    git(g.project.path(), &["add", "-A"]);
-    git(g.project.path(), &["commit", "-q", "-m", "initial"]);
+    git_with(dir, NO_PRECOMPOSE, args)
 }
 
 /// A hostile worker stages exactly `files` (path, bytes); returns the staged id.
@@ -114,7 +86,7 @@ const SENSITIVE: [&str; 4] = [
 #[test]
 fn a_worker_staging_ci_config_git_attributes_and_automation_is_flagged_in_diff_and_push_prompt() {
     let g = Golem::new();
-    repo_with(&g, &[("README.md", "project\n")]);
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
     let id = stage_files(
         &g,
         &[
@@ -200,9 +172,10 @@ const NFD_RESUME: &str = "re\u{301}sume\u{301}.md";
 #[test]
 fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() {
     let g = Golem::new();
-    repo_with(
-        &g,
+    g.git_repo(
+        NO_PRECOMPOSE,
         &[
+            IGNORE_GOLEM,
             ("README.md", "project\n"),
             (NFC_CAFE, "menu\n"),
             ("notes.txt", "notes\n"),
@@ -302,7 +275,7 @@ fn look_alikes_of_branch_files_are_marked_and_push_refuses_them_unless_forced() 
 #[test]
 fn text_with_invalid_utf8_is_shown_escaped_in_diff_not_hidden_as_binary() {
     let g = Golem::new();
-    repo_with(&g, &[("README.md", "project\n")]);
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
     let id = stage_files(
         &g,
         &[

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::attacks::{wait_for_stderr_line, ChildGuard, LabelGuard};
-use crate::harness::{docker_lines, hostile_image, stderr_text, Golem};
+use crate::harness::{docker_build, docker_lines, git, hostile_image, stderr_text, Golem};
 
 /// The host's `nobody`: "another user" in these stories.
 const OTHER_UID: u32 = 65534;
@@ -201,25 +201,6 @@ fn a_state_directory_others_can_write_or_that_is_someone_elses_is_refused() {
     g.assert_clean();
 }
 
-/// Runs git in `dir` and returns trimmed stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=Person",
-            "-c",
-            "user.email=person@example.org",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", stderr_text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -228,10 +209,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn a_staged_commit_forged_with_a_chain_consistent_audit_record_is_reported_and_never_pushed() {
     let g = Golem::new();
     let dir = g.project.path();
-    git(dir, &["init", "-q"]);
-    std::fs::write(dir.join("README.md"), "project\n").unwrap();
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "initial"]);
+    g.git_repo(&[], &[("README.md", "project\n")]);
     let input = g.file("inbox/letter.txt", "Dear reviewer\n");
     let (run, code) = g.json(["run", "--untrusted", "--json", input.to_str().unwrap()]);
     assert_eq!(code, 0, "{run}");
@@ -381,13 +359,7 @@ fn gc_never_touches_a_container_whose_image_carries_golem_labels_nor_a_live_sess
         ),
     )
     .unwrap();
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &tag])
-        .arg(context.path())
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .expect("docker build");
-    assert!(out.status.success(), "docker build: {}", stderr_text(&out));
+    docker_build(&tag, context.path());
     let out = Command::new("docker")
         .args([
             "run",
