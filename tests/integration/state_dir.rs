@@ -308,8 +308,19 @@ impl Drop for ContainerGuard {
     }
 }
 
+/// `docker inspect -f FORMAT`; a failing inspect (say, the container is gone) panics with the
+/// engine's words, so a failure says whether the container vanished or the engine stumbled.
 fn inspect(container: &str, format: &str) -> String {
-    docker_lines(&["inspect", "-f", format, container]).join("\n")
+    let out = Command::new("docker")
+        .args(["inspect", "-f", format, container])
+        .output()
+        .expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "docker inspect {container}: {}",
+        stderr_text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A session that stays alive: golem-orch stopped at a failpoint after creating its container.
