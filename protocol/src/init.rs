@@ -85,21 +85,20 @@ pub struct InitArgs<S> {
     pub deadline_secs: u64,
     /// [`FLAG_OUTPUT`]; the init's own default when absent.
     pub output: Option<S>,
-    /// The worker's program, looked up through `PATH` when it has no `/`.
-    pub program: S,
-    /// Its arguments.
-    pub args: Vec<S>,
+    /// The worker's program (looked up through `PATH` when it has no `/`), then its arguments.
+    /// [`parse`] refuses a command line without one; the host never builds an empty one, as a
+    /// plan without a command is refused before it is made.
+    pub command: Vec<S>,
 }
 
 impl<S> InitArgs<S> {
     /// Arguments with the defaults: no PID 1 requirement, the default deadline and output.
-    pub fn new(program: S, args: Vec<S>) -> Self {
+    pub fn new(command: Vec<S>) -> Self {
         InitArgs {
             require_pid1: false,
             deadline_secs: DEFAULT_DEADLINE_SECS,
             output: None,
-            program,
-            args,
+            command,
         }
     }
 }
@@ -119,8 +118,7 @@ impl<S: Clone + for<'a> From<&'a str> + From<String>> InitArgs<S> {
             argv.push(output.clone());
         }
         argv.push(END_OF_OPTIONS.into());
-        argv.push(self.program.clone());
-        argv.extend(self.args.iter().cloned());
+        argv.extend(self.command.iter().cloned());
         argv
     }
 }
@@ -193,13 +191,15 @@ pub fn parse<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Result<Parse
             _ => return Err(ParseError::UnknownOption(flag.as_ref().to_owned())),
         }
     }
-    let program = args.next().ok_or(ParseError::NoProgram)?;
+    let command: Vec<S> = args.collect();
+    if command.is_empty() {
+        return Err(ParseError::NoProgram);
+    }
     Ok(Parsed::Run(InitArgs {
         require_pid1,
         deadline_secs,
         output,
-        program,
-        args: args.collect(),
+        command,
     }))
 }
 
@@ -217,8 +217,7 @@ mod tests {
             require_pid1: true,
             deadline_secs: deadline_for(300),
             output: Some("/output".to_string()),
-            program: "/golem-worker".to_string(),
-            args: strings(&["report", "--", "--deadline", "1"]),
+            command: strings(&["/golem-worker", "report", "--", "--deadline", "1"]),
         };
         let argv = host.argv();
         assert_eq!(
@@ -247,24 +246,24 @@ mod tests {
         assert!(init.require_pid1);
         assert_eq!(init.deadline_secs, 360);
         assert_eq!(init.output.as_deref(), Some(OsStr::new("/output")));
-        assert_eq!(init.program, "/golem-worker");
-        assert_eq!(init.args, os[8..]);
+        assert_eq!(init.command, os[7..]);
+        assert_eq!(init.command[0], "/golem-worker");
         // And back again, as OsStrings this time.
         assert_eq!(init.argv(), os);
     }
 
     #[test]
     fn defaults_round_trip_too() {
-        let plain = InitArgs::new("w".to_string(), vec![]);
+        let plain = InitArgs::new(vec!["w".to_string()]);
         let argv = plain.argv();
         assert_eq!(argv, strings(&["init", "--deadline", "3600", "--", "w"]));
         assert_eq!(
             parse(&argv[1..]),
-            Ok(Parsed::Run(InitArgs::new(&argv[4], vec![])))
+            Ok(Parsed::Run(InitArgs::new(vec![&argv[4]])))
         );
         assert_eq!(
             parse(["--", "w"]),
-            Ok(Parsed::Run(InitArgs::new("w", vec![])))
+            Ok(Parsed::Run(InitArgs::new(vec!["w"])))
         );
     }
 

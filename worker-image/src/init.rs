@@ -107,14 +107,16 @@ impl From<InitArgs<OsString>> for InitOptions {
     /// The options the host's command line asked for (see [`golem_protocol::init::parse`]), with
     /// the output directory defaulting to the worker's own.
     fn from(args: InitArgs<OsString>) -> Self {
+        // `parse` refuses an empty command; an empty program would fail to run (127), not panic.
+        let mut command = args.command.into_iter();
         Self {
             deadline: Duration::from_secs(args.deadline_secs),
             output: args
                 .output
                 .map_or_else(|| PathBuf::from(DEFAULT_OUTPUT), PathBuf::from),
             require_pid1: args.require_pid1,
-            program: args.program,
-            args: args.args,
+            program: command.next().unwrap_or_default(),
+            args: command.collect(),
         }
     }
 }

@@ -309,8 +309,9 @@ mod tests {
             require_pid1: true,
             deadline_secs: golem_protocol::init::deadline_for(600),
             output: Some("/output".to_string()),
-            program: "/golem-worker".to_string(),
-            args: vec!["report".to_string(), "--jobs".to_string(), "2".to_string()],
+            command: ["/golem-worker", "report", "--jobs", "2"]
+                .map(String::from)
+                .to_vec(),
         };
         let argv: Vec<OsString> = host.argv().into_iter().map(OsString::from).collect();
         let Ok(Command::Init(opts)) = parse(argv) else {
