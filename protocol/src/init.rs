@@ -105,7 +105,7 @@ impl<S> InitArgs<S> {
 
 impl<S: Clone + for<'a> From<&'a str> + From<String>> InitArgs<S> {
     /// The init's command line from [`COMMAND`] on (the caller puts the init's own path first).
-    /// Every flag is written even at its default, so what runs is exactly what a plan shows.
+    /// The deadline is written even at its default, so what runs is exactly what a plan shows.
     pub fn argv(&self) -> Vec<S> {
         let mut argv: Vec<S> = vec![COMMAND.into()];
         if self.require_pid1 {
