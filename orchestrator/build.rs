@@ -30,6 +30,11 @@ fn main() {
         "cargo:rerun-if-changed={}",
         worker_dir.join("Cargo.toml").display()
     );
+    // The worker is built against golem-protocol (the init's argv, the character set).
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("protocol").display()
+    );
     println!(
         "cargo:rerun-if-changed={}",
         workspace.join("Cargo.lock").display()

@@ -355,15 +355,9 @@ impl LogBuffer {
         if self.truncated {
             self.raw.extend_from_slice(b"\n[log truncated]\n");
         }
-        neutralise(&String::from_utf8_lossy(&self.raw))
+        // Readable and inert when written (and again by `golem-orch logs`): see `render::block`.
+        crate::render::block(&String::from_utf8_lossy(&self.raw))
     }
-}
-
-/// Escapes every dangerous character (`golem_protocol::chars`: controls, bidi, invisible and tag
-/// characters) other than newline and tab: the logs are the worker's words, kept readable and
-/// made inert when written (and again by `golem-orch logs` when printed, see `render`).
-pub fn neutralise(text: &str) -> String {
-    crate::render::block(text)
 }
 
 /// Removes every tracked container with its anonymous volumes.
@@ -542,13 +536,5 @@ mod tests {
         logs.push(b"ok\x1b[");
         logs.push(b"31mred and more");
         assert_eq!(logs.finish(), "ok\\u{1b}[31mr\n[log truncated]\n");
-    }
-
-    #[test]
-    fn control_characters_in_logs_are_made_visible() {
-        assert_eq!(
-            neutralise("ok\n\x1b[31mred\ttab\u{202e}\u{e0041}\u{3164}"),
-            "ok\n\\u{1b}[31mred\ttab\\u{202e}\\u{e0041}\\u{3164}"
-        );
     }
 }

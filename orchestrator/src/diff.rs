@@ -295,7 +295,7 @@ pub fn render(diffs: &[FileDiff], color: bool) -> String {
             Change::Modified => "modified",
             Change::Unchanged => "unchanged",
         };
-        let line = crate::container::neutralise(&format!(
+        let line = crate::render::block(&format!(
             "{} {} ({what}, {} bytes)",
             d.change.mark(),
             d.path,
@@ -305,7 +305,7 @@ pub fn render(diffs: &[FileDiff], color: bool) -> String {
         match &d.body {
             Body::Text(t) => {
                 for line in t.lines() {
-                    let line = crate::container::neutralise(line);
+                    let line = crate::render::block(line);
                     let styled = if line.starts_with("+++") || line.starts_with("---") {
                         paint("1", &line)
                     } else if line.starts_with('+') {
@@ -353,7 +353,7 @@ pub fn marks(d: &FileDiff) -> String {
             d.invalid_utf8_bytes
         );
     }
-    crate::container::neutralise(&out)
+    crate::render::block(&out)
 }
 
 /// One line counting what a reviewer must look at ("3 sensitive paths, 1 collision"), or `None`

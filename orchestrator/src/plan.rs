@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use golem_protocol::init;
 use serde::Serialize;
 
 use crate::policy::{Access, NetworkMode, Policy, TrustLevel};
@@ -24,15 +25,10 @@ pub const OUTPUT_TARGET: &str = "/output";
 /// lands the init where a later mount hides it and runs its own program as PID 1 instead; an
 /// image cannot plant a symlink at a name nobody knows yet.
 pub const INIT_TARGET_PREFIX: &str = "/.golem-init-";
-/// How much longer than the session's timeout the in-container init waits before it kills the
-/// worker itself: a backstop for an orchestrator that died, never the normal path.
-pub const INIT_GRACE_SECS: u64 = 60;
-/// The longest `--deadline` golem-worker's init accepts (its `MAX_DEADLINE_SECS`, a week). A
-/// policy timeout longer than that ends at the init's deadline, reported as a timeout.
-pub const INIT_MAX_DEADLINE_SECS: u64 = 604_800;
-/// golem-worker init's exit code when its own deadline passed (its `EXIT_DEADLINE`); it then
-/// writes no archive.
-pub const INIT_EXIT_DEADLINE: i64 = 124;
+/// golem-worker init's exit code when its own deadline passed; it then writes no archive. The
+/// contract's value ([`golem_protocol::init::EXIT_DEADLINE`]) in the type the engine reports exit
+/// codes in.
+pub const INIT_EXIT_DEADLINE: i64 = init::EXIT_DEADLINE as i64;
 /// Where the project's persistent scratch space appears.
 pub const WORKSPACE_TARGET: &str = "/workspace";
 /// Where the project's git repository appears.
@@ -207,102 +203,13 @@ pub fn build(
     labels: BTreeMap<String, String>,
     allow_network: bool,
 ) -> Result<ContainerPlan, PlanError> {
-    let mut binds = Vec::new();
-    if policy.mounts.input != Access::None {
-        binds.push(BindMount {
-            source: paths.input.clone(),
-            target: INPUT_TARGET.into(),
-            read_only: true,
-        });
-    }
-    let workspace = (policy.mounts.workspace != Access::None).then(|| WorkspaceMount {
-        target: WORKSPACE_TARGET.into(),
-        read_only: policy.mounts.workspace == Access::Ro,
-        overlay: Overlay::for_workspace(&paths.workspace),
-    });
-    if let Some(task) = &paths.task {
-        binds.push(BindMount {
-            source: task.clone(),
-            target: crate::workers::INSTRUCTIONS_TARGET.into(),
-            read_only: true,
-        });
-    }
-    let mut masks = Vec::new();
-    if policy.mounts.repo != Access::None {
-        let repo = paths.repo.clone().ok_or(PlanError::NoRepo(policy.level))?;
-        if repo.starts_with(&paths.state) {
-            return Err(PlanError::RepoInsideState(repo));
-        }
-        // With a writable repo, a worker can rename any directory between the repo root and a
-        // nested state directory and plant its own in its place; only a direct child of the root
-        // (whose mask it cannot rename) or a directory outside the repository is safe.
-        if policy.mounts.repo == Access::Rw
-            && paths.state.starts_with(&repo)
-            && paths.state.parent() != Some(repo.as_path())
-        {
-            return Err(PlanError::StateNestedInRepo(paths.state.clone()));
-        }
-        // The stage and audit log must never be reachable from a container: a worker that could
-        // write them could forge what a person reviews and pushes.
-        // Every state directory inside the repository, not only this one: a session started
-        // in a subfolder must not read the root's inputs and stage (issue 11, class 4).
-        for state in std::iter::once(&paths.state).chain(&paths.other_states) {
-            if let Ok(rel) = state.strip_prefix(&repo) {
-                let mask = format!("{REPO_TARGET}/{}", rel.display());
-                if !rel.as_os_str().is_empty() && !masks.contains(&mask) {
-                    masks.push(mask);
-                }
-            }
-        }
-        let git = repo.join(".git");
-        binds.push(BindMount {
-            source: repo,
-            target: REPO_TARGET.into(),
-            read_only: policy.mounts.repo == Access::Ro,
-        });
-        // A writable .git would let a worker plant hooks or `core.fsmonitor`, which the host runs
-        // on the person's next git command. The work tree may be writable; git's metadata never is.
-        if policy.mounts.repo == Access::Rw && git.exists() {
-            binds.push(BindMount {
-                source: git,
-                target: format!("{REPO_TARGET}/.git"),
-                read_only: true,
-            });
-        }
-    }
-    let network = if allow_network {
-        if !policy.network.allow_opt_in {
-            return Err(PlanError::NetworkForbidden(policy.level));
-        }
-        NetworkMode::Bridge
-    } else {
-        policy.network.mode
-    };
-    // A pinned identity from the person's policy, else the session's own; a dry run shows the
-    // start of the reserved range as a placeholder and `per-session` as the user.
-    let (uid, gid, user) = match (policy.fixed_user(), paths.user) {
-        (Some((u, g)), _) | (None, Some(SessionUser { uid: u, gid: g })) => {
-            (u, g, format!("{u}:{g}"))
-        }
-        (None, None) => (
-            crate::worker_uid::RANGE_START,
-            crate::worker_uid::RANGE_START,
-            crate::policy::PER_SESSION_USER.to_string(),
-        ),
-    };
-    let env: BTreeMap<String, String> = policy
-        .env
-        .set
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .chain(
-            policy
-                .env
-                .pass
-                .iter()
-                .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
-        )
-        .collect();
+    let Mounts {
+        binds,
+        workspace,
+        masks,
+    } = mounts(policy, paths)?;
+    let network = network(policy, allow_network)?;
+    let (uid, gid, user) = identity(policy, paths);
     let tmp = format!(
         "rw,noexec,nosuid,nodev,size={}",
         policy.resources.tmp.bytes()
@@ -327,7 +234,7 @@ pub fn build(
             read_only: true,
         },
         user,
-        env,
+        env: environment(policy),
         binds,
         workspace,
         output: Output {
@@ -353,6 +260,142 @@ pub fn build(
     })
 }
 
+/// What the container sees of the host: bind mounts, the workspace overlay, and the empty tmpfs
+/// masks over golem-orch's state directories.
+struct Mounts {
+    binds: Vec<BindMount>,
+    workspace: Option<WorkspaceMount>,
+    masks: Vec<String>,
+}
+
+/// The mounts the policy's level grants: the input, the workspace, the task, then the repository.
+fn mounts(policy: &Policy, paths: &HostPaths) -> Result<Mounts, PlanError> {
+    let mut binds = Vec::new();
+    if policy.mounts.input != Access::None {
+        binds.push(BindMount {
+            source: paths.input.clone(),
+            target: INPUT_TARGET.into(),
+            read_only: true,
+        });
+    }
+    let workspace = (policy.mounts.workspace != Access::None).then(|| WorkspaceMount {
+        target: WORKSPACE_TARGET.into(),
+        read_only: policy.mounts.workspace == Access::Ro,
+        overlay: Overlay::for_workspace(&paths.workspace),
+    });
+    if let Some(task) = &paths.task {
+        binds.push(BindMount {
+            source: task.clone(),
+            target: crate::workers::INSTRUCTIONS_TARGET.into(),
+            read_only: true,
+        });
+    }
+    let mut masks = Vec::new();
+    if policy.mounts.repo != Access::None {
+        let repo = paths.repo.clone().ok_or(PlanError::NoRepo(policy.level))?;
+        masks = state_masks(policy, paths, &repo)?;
+        repo_binds(policy.mounts.repo, repo, &mut binds);
+    }
+    Ok(Mounts {
+        binds,
+        workspace,
+        masks,
+    })
+}
+
+/// The masks hiding every golem-orch state directory inside `repo`, after refusing the layouts
+/// where hiding cannot work.
+fn state_masks(policy: &Policy, paths: &HostPaths, repo: &Path) -> Result<Vec<String>, PlanError> {
+    if repo.starts_with(&paths.state) {
+        return Err(PlanError::RepoInsideState(repo.to_path_buf()));
+    }
+    // With a writable repo, a worker can rename any directory between the repo root and a
+    // nested state directory and plant its own in its place; only a direct child of the root
+    // (whose mask it cannot rename) or a directory outside the repository is safe.
+    if policy.mounts.repo == Access::Rw
+        && paths.state.starts_with(repo)
+        && paths.state.parent() != Some(repo)
+    {
+        return Err(PlanError::StateNestedInRepo(paths.state.clone()));
+    }
+    // The stage and audit log must never be reachable from a container: a worker that could
+    // write them could forge what a person reviews and pushes.
+    // Every state directory inside the repository, not only this one: a session started
+    // in a subfolder must not read the root's inputs and stage (issue 11, class 4).
+    let mut masks = Vec::new();
+    for state in std::iter::once(&paths.state).chain(&paths.other_states) {
+        if let Ok(rel) = state.strip_prefix(repo) {
+            let mask = format!("{REPO_TARGET}/{}", rel.display());
+            if !rel.as_os_str().is_empty() && !masks.contains(&mask) {
+                masks.push(mask);
+            }
+        }
+    }
+    Ok(masks)
+}
+
+/// The repository's bind mount, and over it a read-only `.git` when the work tree is writable.
+fn repo_binds(access: Access, repo: PathBuf, binds: &mut Vec<BindMount>) {
+    let git = repo.join(".git");
+    binds.push(BindMount {
+        source: repo,
+        target: REPO_TARGET.into(),
+        read_only: access == Access::Ro,
+    });
+    // A writable .git would let a worker plant hooks or `core.fsmonitor`, which the host runs
+    // on the person's next git command. The work tree may be writable; git's metadata never is.
+    if access == Access::Rw && git.exists() {
+        binds.push(BindMount {
+            source: git,
+            target: format!("{REPO_TARGET}/.git"),
+            read_only: true,
+        });
+    }
+}
+
+/// The policy's network, or a bridge when the person opted in and the level allows it.
+fn network(policy: &Policy, allow_network: bool) -> Result<NetworkMode, PlanError> {
+    if !allow_network {
+        return Ok(policy.network.mode);
+    }
+    if !policy.network.allow_opt_in {
+        return Err(PlanError::NetworkForbidden(policy.level));
+    }
+    Ok(NetworkMode::Bridge)
+}
+
+/// `(uid, gid, user)`: a pinned identity from the person's policy, else the session's own; a dry
+/// run shows the start of the reserved range as a placeholder and `per-session` as the user.
+fn identity(policy: &Policy, paths: &HostPaths) -> (u32, u32, String) {
+    match (policy.fixed_user(), paths.user) {
+        (Some((u, g)), _) | (None, Some(SessionUser { uid: u, gid: g })) => {
+            (u, g, format!("{u}:{g}"))
+        }
+        (None, None) => (
+            crate::worker_uid::RANGE_START,
+            crate::worker_uid::RANGE_START,
+            crate::policy::PER_SESSION_USER.to_string(),
+        ),
+    }
+}
+
+/// The complete environment: the policy's fixed values, then the host variables it passes.
+fn environment(policy: &Policy) -> BTreeMap<String, String> {
+    policy
+        .env
+        .set
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(
+            policy
+                .env
+                .pass
+                .iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
+        )
+        .collect()
+}
+
 impl ContainerPlan {
     /// What the worker runs: the image's entrypoint, then the arguments.
     pub fn argv(&self) -> Vec<String> {
@@ -365,20 +408,14 @@ impl ContainerPlan {
     /// entrypoint/cmd merge is not used, so what runs is exactly what the plan shows. `--pid1`
     /// makes the init refuse to start anything unless it really is PID 1.
     pub fn container_entrypoint(&self) -> Vec<String> {
-        let mut ep = vec![
-            self.init.target.clone(),
-            "init".to_string(),
-            "--pid1".to_string(),
-            "--deadline".to_string(),
-            self.timeout_secs
-                .saturating_add(INIT_GRACE_SECS)
-                .min(INIT_MAX_DEADLINE_SECS)
-                .to_string(),
-            "--output".to_string(),
-            self.output.target.clone(),
-            "--".to_string(),
-        ];
-        ep.extend(self.argv());
+        let init = init::InitArgs {
+            require_pid1: true,
+            deadline_secs: init::deadline_for(self.timeout_secs),
+            output: Some(self.output.target.clone()),
+            command: self.argv(),
+        };
+        let mut ep = vec![self.init.target.clone()];
+        ep.extend(init.argv());
         ep
     }
 }
@@ -386,6 +423,23 @@ impl ContainerPlan {
 impl fmt::Display for ContainerPlan {
     /// The human form `run --dry-run` prints: one fact a line, in the order a reviewer checks them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_process(f)?;
+        self.fmt_mounts(f)?;
+        writeln!(f, "env")?;
+        for (k, v) in &self.env {
+            writeln!(f, "  {k}={v}")?;
+        }
+        writeln!(f, "labels")?;
+        for (k, v) in &self.labels {
+            writeln!(f, "  {k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ContainerPlan {
+    /// What runs, as whom, and within which limits.
+    fn fmt_process(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "session    {}", self.session)?;
         writeln!(f, "trust      {}", self.trust_level)?;
         writeln!(f, "image      {}", self.image)?;
@@ -433,6 +487,11 @@ impl fmt::Display for ContainerPlan {
         if let Some(rt) = &self.runtime {
             writeln!(f, "runtime    {rt}")?;
         }
+        Ok(())
+    }
+
+    /// Every mount, host side and container side.
+    fn fmt_mounts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "mounts")?;
         for b in &self.binds {
             let mode = if b.read_only { "ro" } else { "rw" };
@@ -466,14 +525,6 @@ impl fmt::Display for ContainerPlan {
         }
         for path in &self.masks {
             writeln!(f, "  {path:<11} ro  empty tmpfs hiding golem-orch's state")?;
-        }
-        writeln!(f, "env")?;
-        for (k, v) in &self.env {
-            writeln!(f, "  {k}={v}")?;
-        }
-        writeln!(f, "labels")?;
-        for (k, v) in &self.labels {
-            writeln!(f, "  {k}={v}")?;
         }
         Ok(())
     }
@@ -688,7 +739,7 @@ mod tests {
         let dash = ep.iter().position(|a| a == "--").unwrap();
         assert_eq!(ep[dash + 1..], ["/golem-worker", "report"]);
         let deadline: u64 = ep[4].parse().unwrap();
-        assert_eq!(deadline, plan.timeout_secs + INIT_GRACE_SECS);
+        assert_eq!(deadline, plan.timeout_secs + init::GRACE_SECS);
         assert!(plan.init.read_only);
         assert_eq!(plan.init.source, PathBuf::from("/r/.golem/bin/init"));
 
@@ -703,7 +754,24 @@ mod tests {
         let mut long = plan;
         long.timeout_secs = 30 * 86_400;
         let ep = long.container_entrypoint();
-        assert_eq!(ep[4], INIT_MAX_DEADLINE_SECS.to_string());
+        assert_eq!(ep[4], init::MAX_DEADLINE_SECS.to_string());
+    }
+
+    /// The entrypoint is read by golem-worker's init with the contract's own parser: what the
+    /// plan asks for is what the init does.
+    #[test]
+    fn the_init_reads_back_exactly_what_the_plan_asks_for() {
+        let plan = plan_for(TrustLevel::Untrusted, None, false).unwrap();
+        let ep = plan.container_entrypoint();
+        assert_eq!(ep[1], init::COMMAND);
+        let Ok(init::Parsed::Run(args)) = init::parse(&ep[2..]) else {
+            panic!("the init refuses {ep:?}");
+        };
+        assert!(args.require_pid1);
+        assert_eq!(args.deadline_secs, init::deadline_for(plan.timeout_secs));
+        assert_eq!(args.output, Some(&plan.output.target));
+        assert_eq!(args.command, plan.argv().iter().collect::<Vec<_>>());
+        assert_eq!(INIT_EXIT_DEADLINE, 124);
     }
 
     #[test]

@@ -371,6 +371,16 @@ mod tests {
         assert_inert(&block(EVIL));
     }
 
+    /// The worker's logs (and diff bodies) are rendered as a block: moved here with the function
+    /// they tested, `container::neutralise`, which was `block` under another name.
+    #[test]
+    fn control_characters_in_logs_are_made_visible() {
+        assert_eq!(
+            block("ok\n\x1b[31mred\ttab\u{202e}\u{e0041}\u{3164}"),
+            "ok\n\\u{1b}[31mred\ttab\\u{202e}\\u{e0041}\\u{3164}"
+        );
+    }
+
     #[test]
     fn bytes_show_invalid_utf8_as_hex_then_escape() {
         assert_eq!(bytes(b"ok\xff\x9b\x1b[8m\n"), "ok\\xff\\x9b\\u{1b}[8m\\n");

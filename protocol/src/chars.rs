@@ -37,6 +37,15 @@ pub fn is_dangerous_in_text(c: char) -> bool {
     c != '\n' && c != '\t' && is_dangerous(c)
 }
 
+/// Is `c` refused in a name that leaves a container? Every dangerous character, and one more
+/// rule on top of the set for names only: the backslash, which other systems (and git on them)
+/// read as a path separator, so `a\..\b` could climb out of where it was put. It is harmless
+/// as text and so stays out of [`is_dangerous`]. The worker makes names with this rule, the host
+/// refuses them with it, so a name the worker made safe is never refused.
+pub fn is_refused_in_name(c: char) -> bool {
+    c == '\\' || is_dangerous(c)
+}
+
 /// C0 controls, DEL and C1 controls: what terminals interpret as commands.
 pub fn is_control(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
@@ -183,6 +192,21 @@ mod tests {
             '\u{a0}', '\u{ae}', '\u{2027}', '\u{2030}', '\u{3163}', '\u{3165}', '\u{fdcf}',
         ] {
             assert!(!is_dangerous(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn names_refuse_the_backslash_on_top_of_the_set() {
+        assert!(is_refused_in_name('\\'));
+        assert!(!is_dangerous('\\'));
+        for n in 0..=0x10ffff_u32 {
+            if let Some(c) = char::from_u32(n) {
+                assert_eq!(
+                    is_refused_in_name(c),
+                    c == '\\' || is_dangerous(c),
+                    "{n:#x}"
+                );
+            }
         }
     }
 

@@ -10,29 +10,25 @@ use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 
+use golem_protocol::chars;
+
 /// The longest a shown line may be, in characters, before it is cut.
 pub const MAX_LINE_CHARS: usize = 200;
 /// Appended to shown text that was cut, so a reviewer knows it goes on.
 pub const CUT_MARK: char = '…';
 
-/// Characters a terminal or a renderer could act on: C0/C1 controls (except
-/// tab), and the invisible Unicode format characters used to make text read
-/// differently from what it is (zero-width, bidirectional marks, overrides
-/// and isolates, line and paragraph separators, BOM, interlinear
-/// annotations, and the tag characters used to smuggle invisible ASCII).
+/// Characters a terminal or a renderer could act on: the one shared set,
+/// [`golem_protocol::chars::is_dangerous`] (C0/C1 controls, bidi controls,
+/// zero-width, format and other invisible characters such as the tag
+/// characters used to smuggle invisible ASCII, noncharacters), which is also
+/// what the host escapes in everything it prints and refuses in names.
+///
+/// One worker rule on top of it: a tab is kept. The worker's shown text goes
+/// into Markdown and `.txt` files that keep their layout, and a tab cannot
+/// forge a line or move the cursor back; a newline stays escaped here (a
+/// shown value is one line), and [`escape_multiline`] keeps it explicitly.
 pub fn needs_escape(c: char) -> bool {
-    (c.is_control() && c != '\t')
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{180e}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{206f}'
-                | '\u{feff}'
-                | '\u{fff9}'..='\u{fffb}'
-                | '\u{e0000}'..='\u{e007f}'
-        )
+    c != '\t' && chars::is_dangerous(c)
 }
 
 /// Replaces every character a terminal could act on with a visible
@@ -271,5 +267,31 @@ mod tests {
         let mut s = "aé".to_string();
         assert!(truncate_bytes(&mut s, 2));
         assert_eq!(s, "a");
+    }
+
+    /// Every character, so a later change to the shared set or to this file
+    /// cannot make the worker show raw what the host escapes: the host
+    /// escapes exactly `golem_protocol::chars::is_dangerous`, and the worker
+    /// differs only by keeping tab.
+    #[test]
+    fn the_worker_escapes_exactly_what_the_host_escapes_but_tab() {
+        for n in 0..=0x10ffff_u32 {
+            let Some(c) = char::from_u32(n) else { continue };
+            let host = chars::is_dangerous(c);
+            assert_eq!(needs_escape(c), host && c != '\t', "U+{n:04X}");
+            let shown = escape_for_terminal(&c.to_string());
+            assert_eq!(shown.starts_with("\\u{"), needs_escape(c), "U+{n:04X}");
+        }
+        // The set is wider than what this file used to list by hand.
+        for c in [
+            '\u{ad}',
+            '\u{3164}',
+            '\u{fe0f}',
+            '\u{e0041}',
+            '\u{e01ef}',
+            '\u{fdd0}',
+        ] {
+            assert!(needs_escape(c), "{c:?}");
+        }
     }
 }

@@ -8,6 +8,10 @@
 //! /.golem-init-<random> init --pid1 --deadline SECS --output /output -- PROGRAM [ARGS...]
 //! ```
 //!
+//! That command line, the exit codes and the refusal entries are the
+//! contract with the host, kept in one place both sides build against:
+//! [`golem_protocol::init`].
+//!
 //! Init runs PROGRAM as its child. When that ends, init kills every other
 //! process in the container, so nothing can still be writing into the output
 //! directory, and writes the directory to stdout as a plain tar stream of the
@@ -40,43 +44,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
+use golem_protocol::init::InitArgs;
 use tar::{Builder, EntryType, Header};
 
 use crate::escape::escape_path;
 use crate::DEFAULT_OUTPUT;
 
-/// The subcommand that runs init.
-pub const INIT_COMMAND: &str = "init";
-/// `--deadline` when none is given: a backstop for a dead orchestrator, which
-/// normally stops the container long before.
-pub const DEFAULT_DEADLINE_SECS: u64 = 3600;
-/// The longest `--deadline` accepted (a week).
-pub const MAX_DEADLINE_SECS: u64 = 604_800;
+pub use golem_protocol::init::{
+    COMMAND as INIT_COMMAND, DEFAULT_DEADLINE_SECS, EXIT_ARCHIVE_FAILED, EXIT_CANNOT_RUN,
+    EXIT_DEADLINE, EXIT_REFUSED, MAX_DEADLINE_SECS, REFUSAL_KEY, REFUSAL_TYPE,
+};
+
 /// Entries whose path relative to the output directory is longer than this
 /// are skipped with a note (the host rejects them anyway, and the walk's
 /// memory stays bounded however deep the worker nests directories).
 pub const MAX_RELATIVE_PATH: usize = 4096;
-/// Exit code: the deadline passed; no archive was written.
-pub const EXIT_DEADLINE: i32 = 124;
-/// Exit code: the archive could not be written (for example the host went
-/// away, or a file was shorter than its size); it has no end marker.
-pub const EXIT_ARCHIVE_FAILED: i32 = 125;
-/// Exit code: PROGRAM could not be started (as a shell reports it).
-pub const EXIT_CANNOT_RUN: i32 = 127;
-/// Exit code: init refused to run (it is not PID 1 where it must be, or it
-/// could not protect itself); nothing was started and no archive written.
-pub const EXIT_REFUSED: i32 = 126;
-
-/// The entry type init gives an entry it could not archive (a file it could
-/// not open, a directory it could not list, a socket, a path too long to
-/// walk), so that the host lists it as a rejection instead of never hearing
-/// of it. One of the types POSIX leaves to implementations and no tar writer
-/// uses; the worker never writes the archive, so only init can emit it. The
-/// host's side of this contract is golem-orch `extract::INIT_REFUSAL_TYPE`.
-pub const REFUSAL_TYPE: u8 = b'Z';
-/// The PAX record before a [`REFUSAL_TYPE`] entry that says why init could
-/// not archive it (golem-orch `extract::INIT_REFUSAL_KEY`).
-pub const REFUSAL_KEY: &str = "GOLEM.refused";
 
 /// The stdout buffer: large writes keep the attach stream efficient.
 const OUTPUT_BUFFER: usize = 64 * 1024;
@@ -117,6 +99,24 @@ impl InitOptions {
             require_pid1: false,
             program: program.into(),
             args,
+        }
+    }
+}
+
+impl From<InitArgs<OsString>> for InitOptions {
+    /// The options the host's command line asked for (see [`golem_protocol::init::parse`]), with
+    /// the output directory defaulting to the worker's own.
+    fn from(args: InitArgs<OsString>) -> Self {
+        // `parse` refuses an empty command; an empty program would fail to run (127), not panic.
+        let mut command = args.command.into_iter();
+        Self {
+            deadline: Duration::from_secs(args.deadline_secs),
+            output: args
+                .output
+                .map_or_else(|| PathBuf::from(DEFAULT_OUTPUT), PathBuf::from),
+            require_pid1: args.require_pid1,
+            program: command.next().unwrap_or_default(),
+            args: command.collect(),
         }
     }
 }

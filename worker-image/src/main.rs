@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use golem_worker::init::{self, InitOptions, INIT_COMMAND, MAX_DEADLINE_SECS};
+use golem_protocol::init::Parsed;
+use golem_worker::init::{self, InitOptions, INIT_COMMAND};
 use golem_worker::sandbox::{self, Limits, CHILD_COMMAND};
 use golem_worker::{run, Mode, Options, EXIT_USAGE, VERSION};
 
@@ -178,35 +179,14 @@ fn parse_child(args: &mut impl Iterator<Item = OsString>) -> Result<Command, Str
     Ok(Command::Child(mode, size))
 }
 
+/// The init's command line, read by the parser the host's builder is tested against
+/// (`golem_protocol::init`), so the two cannot drift apart.
 fn parse_init(args: &mut impl Iterator<Item = OsString>) -> Result<Command, String> {
-    let mut opts = InitOptions::new(OsString::new(), Vec::new());
-    loop {
-        let flag = args.next().ok_or("init: expected -- PROGRAM [ARGS...]")?;
-        match flag.to_str() {
-            Some("--") => break,
-            Some("--help" | "-h") => return Ok(Command::Help),
-            Some("--pid1") => opts.require_pid1 = true,
-            Some("--deadline") => {
-                let value = args.next().ok_or("init: --deadline needs a value")?;
-                let secs = value
-                    .to_str()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|s| (1..=MAX_DEADLINE_SECS).contains(s))
-                    .ok_or_else(|| {
-                        let max = MAX_DEADLINE_SECS;
-                        format!("init: --deadline: expected 1 to {max} seconds, got {value:?}")
-                    })?;
-                opts.deadline = Duration::from_secs(secs);
-            }
-            Some("--output") => {
-                opts.output = PathBuf::from(args.next().ok_or("init: --output needs a value")?);
-            }
-            _ => return Err(format!("init: unknown option {flag:?}")),
-        }
+    match golem_protocol::init::parse(args) {
+        Ok(Parsed::Run(init)) => Ok(Command::Init(InitOptions::from(init))),
+        Ok(Parsed::Help) => Ok(Command::Help),
+        Err(e) => Err(e.to_string()),
     }
-    opts.program = args.next().ok_or("init: PROGRAM is missing after --")?;
-    opts.args = args.collect();
-    Ok(Command::Init(opts))
 }
 
 fn parse(args: Vec<OsString>) -> Result<Command, String> {
@@ -320,5 +300,27 @@ mod tests {
             let result = parse(args(bad));
             assert!(result.is_err(), "{bad:?} should be bad usage");
         }
+    }
+
+    /// What the host builds (golem-orch's plan uses `InitArgs::argv`) is what this binary runs.
+    #[test]
+    fn the_hosts_init_command_line_parses_to_the_same_values() {
+        let host = golem_protocol::init::InitArgs {
+            require_pid1: true,
+            deadline_secs: golem_protocol::init::deadline_for(600),
+            output: Some("/output".to_string()),
+            command: ["/golem-worker", "report", "--jobs", "2"]
+                .map(String::from)
+                .to_vec(),
+        };
+        let argv: Vec<OsString> = host.argv().into_iter().map(OsString::from).collect();
+        let Ok(Command::Init(opts)) = parse(argv) else {
+            panic!("the host's init command line must parse");
+        };
+        assert!(opts.require_pid1);
+        assert_eq!(opts.deadline, Duration::from_secs(600 + 60));
+        assert_eq!(opts.output, PathBuf::from("/output"));
+        assert_eq!(opts.program, OsString::from("/golem-worker"));
+        assert_eq!(opts.args, args(&["report", "--jobs", "2"]));
     }
 }

@@ -14,6 +14,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
+use golem_protocol::chars;
+
 /// Longest component written, before the suffix (`.json` at most).
 pub const MAX_COMPONENT: usize = 100;
 /// Longest relative output path written (the host adds its root name).
@@ -23,21 +25,12 @@ pub const MAX_DEPTH: usize = 12;
 /// Where names that do not fit go.
 pub const FALLBACK_DIR: &str = "_inputs";
 
-/// Characters the host refuses in names (and a few more to be safe).
+/// Characters the host refuses in names: the shared set
+/// ([`golem_protocol::chars::is_refused_in_name`]: every dangerous character,
+/// plus the backslash, a path separator to other systems). Using the host's
+/// own rule means a name made safe here is never refused there.
 fn refused(c: char) -> bool {
-    c.is_control()
-        || c == '\\'
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{180e}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{206f}'
-                | '\u{feff}'
-                | '\u{fff9}'..='\u{fffb}'
-                | '\u{e0000}'..='\u{e007f}'
-        )
+    chars::is_refused_in_name(c)
 }
 
 /// `.git` in any spelling git or a file system would treat as it.
@@ -236,5 +229,21 @@ mod tests {
                 ),
             "{stem}"
         );
+    }
+
+    /// Every character of the shared set (and the backslash) becomes `_` in a
+    /// name, so no name the worker hands out is one the host's extractor
+    /// refuses for its characters; everything else is kept.
+    #[test]
+    fn names_are_made_safe_by_the_hosts_own_rule() {
+        for n in 0..=0x10ffff_u32 {
+            let Some(c) = char::from_u32(n) else { continue };
+            let host = chars::is_dangerous(c) || c == '\\';
+            assert_eq!(refused(c), host, "U+{n:04X}");
+            let name = format!("a{c}b");
+            let safe = safe_component(OsStr::new(&name));
+            assert_eq!(safe == "a_b", host || c == '_', "U+{n:04X}: {safe:?}");
+            assert!(!safe.chars().any(chars::is_refused_in_name), "U+{n:04X}");
+        }
     }
 }

@@ -3,6 +3,10 @@
 //! unreadable-input path (which needs a non-root process: root reads any
 //! file).
 
+// All of this crate is test code: `cfg(test)` says so to clippy, whose allow-unwrap/expect-in-tests
+// (clippy.toml) otherwise covers only `#[test]` functions, not the helpers they share.
+#![cfg(test)]
+
 mod common;
 
 use std::ffi::OsStr;

@@ -2,6 +2,10 @@
 //! writes the test corpus to a directory, to run the worker on it by hand
 //! (for example inside the real container).
 
+// All of this crate is test code: `cfg(test)` says so to clippy, whose allow-unwrap/expect-in-tests
+// (clippy.toml) otherwise covers only `#[test]` functions, not the helpers they share.
+#![cfg(test)]
+
 mod common;
 
 #[test]

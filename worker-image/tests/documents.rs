@@ -2,6 +2,10 @@
 //! the reports must hold the documents' actual text, headings and links,
 //! and the right warnings.
 
+// All of this crate is test code: `cfg(test)` says so to clippy, whose allow-unwrap/expect-in-tests
+// (clippy.toml) otherwise covers only `#[test]` functions, not the helpers they share.
+#![cfg(test)]
+
 mod common;
 
 use std::path::Path;

@@ -2,6 +2,10 @@
 //! only the worker's process group): exit codes, where the worker's output
 //! goes, the archive on stdout, the deadline and leftover processes.
 
+// All of this crate is test code: `cfg(test)` says so to clippy, whose allow-unwrap/expect-in-tests
+// (clippy.toml) otherwise covers only `#[test]` functions, not the helpers they share.
+#![cfg(test)]
+
 use std::fs;
 use std::io::Read;
 use std::path::Path;

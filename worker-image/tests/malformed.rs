@@ -2,6 +2,10 @@
 //! warning for that input only, the good inputs' reports must be intact,
 //! and the exit status must say that some input failed.
 
+// All of this crate is test code: `cfg(test)` says so to clippy, whose allow-unwrap/expect-in-tests
+// (clippy.toml) otherwise covers only `#[test]` functions, not the helpers they share.
+#![cfg(test)]
+
 mod common;
 
 use std::fs;

@@ -1,5 +1,7 @@
 //! Helpers to run the real binary on documents built by `golem-test-corpus`.
 
+// Test code for clippy too (see the test files).
+#![cfg(test)]
 #![allow(dead_code)]
 
 use std::fs;
@@ -8,12 +10,12 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-pub use golem_test_corpus::*;
+pub(crate) use golem_test_corpus::*;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_golem-worker");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_golem-worker");
 
 /// Runs `golem-worker <args> --input IN --output OUT`.
-pub fn run(args: &[&str], input: &Path, output: &Path) -> Output {
+pub(crate) fn run(args: &[&str], input: &Path, output: &Path) -> Output {
     Command::new(BIN)
         .args(args)
         .arg("--input")
@@ -26,17 +28,17 @@ pub fn run(args: &[&str], input: &Path, output: &Path) -> Output {
         .expect("run golem-worker")
 }
 
-pub fn read_json(path: &Path) -> Value {
+pub(crate) fn read_json(path: &Path) -> Value {
     let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("valid json")
 }
 
-pub fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The index entry for `path`.
-pub fn entry<'a>(index: &'a Value, path: &str) -> &'a Value {
+pub(crate) fn entry<'a>(index: &'a Value, path: &str) -> &'a Value {
     index["inputs"]
         .as_array()
         .expect("inputs")
@@ -46,7 +48,7 @@ pub fn entry<'a>(index: &'a Value, path: &str) -> &'a Value {
 }
 
 /// Warning kinds of a per-input JSON report.
-pub fn warning_kinds(report: &Value) -> Vec<String> {
+pub(crate) fn warning_kinds(report: &Value) -> Vec<String> {
     report["warnings"]
         .as_array()
         .expect("warnings")
@@ -56,7 +58,7 @@ pub fn warning_kinds(report: &Value) -> Vec<String> {
 }
 
 /// Whether some warning of `kind` mentions `needle` in its message or snippet.
-pub fn has_warning(report: &Value, kind: &str, needle: &str) -> bool {
+pub(crate) fn has_warning(report: &Value, kind: &str, needle: &str) -> bool {
     report["warnings"]
         .as_array()
         .expect("warnings")
