@@ -1,0 +1,155 @@
+//! Opening local inputs by fd: the last component and everything below it are opened
+//! no-follow and checked with `fstat` on the open fd, so a swap for a link is refused, never
+//! followed.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+use super::names::{check_components, check_name_text, shown};
+use super::{io_err, listed_path, FileId, IntakeError, MAX_DEPTH};
+
+/// Opens the input a person named: its ancestors are resolved as the person's path (links
+/// there are theirs), its last component is opened no-follow. Returns the fd and its `fstat`.
+pub fn open_named(path: &Path) -> Result<(OwnedFd, Stat), IntakeError> {
+    match path.file_name() {
+        Some(last) => {
+            let parent = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let dir = rustix::fs::openat(
+                rustix::fs::CWD,
+                parent,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| open_error(e, path))?;
+            open_child(&dir, last, path)
+        }
+        // `/`, `.` or `..`: a directory by definition, named as the person's own path.
+        None => {
+            let fd = rustix::fs::openat(
+                rustix::fs::CWD,
+                path,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| open_error(e, path))?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path)(e.into()))?;
+            Ok((fd, st))
+        }
+    }
+}
+
+/// Opens `name` inside the directory `dir` without following a link, without blocking on a
+/// FIFO and without taking a terminal, and `fstat`s the open fd.
+pub(super) fn open_child(
+    dir: impl AsFd,
+    name: &OsStr,
+    path: &Path,
+) -> Result<(OwnedFd, Stat), IntakeError> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| open_error(e, path))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path)(e.into()))?;
+    Ok((fd, st))
+}
+
+fn open_error(e: Errno, path: &Path) -> IntakeError {
+    match e {
+        Errno::LOOP => IntakeError::Symlink(shown(path)),
+        Errno::NOENT => IntakeError::NotFound(shown(path)),
+        Errno::NXIO | Errno::OPNOTSUPP => IntakeError::NotAFile(shown(path)),
+        other => io_err(path)(other.into()),
+    }
+}
+
+/// Lists the regular files under the directory `root` for a batch, by fd and no-follow:
+/// links and special files are skipped (intake would refuse them), every name is checked.
+/// Returns each file's components below `root` and its identity, sorted.
+pub fn list_files(root: &Path) -> Result<Vec<(Vec<String>, FileId)>, IntakeError> {
+    fn walk(
+        fd: &OwnedFd,
+        path: &Path,
+        rel: &mut Vec<String>,
+        out: &mut Vec<(Vec<String>, FileId)>,
+    ) -> Result<(), IntakeError> {
+        if rel.len() > MAX_DEPTH {
+            return Err(IntakeError::TooDeep(shown(path)));
+        }
+        for name in list_dir(fd, path)? {
+            let child = path.join(&name);
+            let name = check_name_text(&name, &child)?;
+            let (fd, st) = match open_child(fd, OsStr::new(&name), &child) {
+                Ok(x) => x,
+                Err(IntakeError::Symlink(_) | IntakeError::NotAFile(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            rel.push(name);
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => walk(&fd, &child, rel, out)?,
+                FileType::RegularFile => out.push((rel.clone(), FileId::of(&st))),
+                _ => {}
+            }
+            rel.pop();
+        }
+        Ok(())
+    }
+    check_components(root)?;
+    let (fd, st) = open_named(root)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Err(IntakeError::NotAFile(shown(root)));
+    }
+    let mut out = Vec::new();
+    walk(&fd, root, &mut Vec::new(), &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+/// Opens a listed file again: the root as the person named it, then each component below it
+/// no-follow, and checks it is a regular file and (when `expect` is given) the one listed.
+pub fn open_listed(
+    root: &Path,
+    rel: &[String],
+    expect: Option<FileId>,
+) -> Result<(OwnedFd, Stat), IntakeError> {
+    let full = listed_path(root, rel);
+    let (mut fd, mut st) = open_named(root)?;
+    for comp in rel {
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+            return Err(IntakeError::Replaced(shown(&full)));
+        }
+        (fd, st) = open_child(&fd, OsStr::new(comp), &full)?;
+    }
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(IntakeError::NotAFile(shown(&full)));
+    }
+    if expect.is_some_and(|id| id != FileId::of(&st)) {
+        return Err(IntakeError::Replaced(shown(&full)));
+    }
+    Ok((fd, st))
+}
+
+/// The names in a directory open as `fd` (without `.` and `..`), sorted.
+pub fn list_dir(fd: &OwnedFd, path: &Path) -> Result<Vec<OsString>, IntakeError> {
+    let dir = rustix::fs::Dir::read_from(fd).map_err(|e| io_err(path)(e.into()))?;
+    let mut names = Vec::new();
+    for entry in dir {
+        let entry = entry.map_err(|e| io_err(path)(e.into()))?;
+        let bytes = entry.file_name().to_bytes();
+        if bytes != b"." && bytes != b".." {
+            names.push(OsStr::from_bytes(bytes).to_os_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
