@@ -244,13 +244,19 @@ fn create_state_dir(path: &Path) -> std::io::Result<()> {
 /// Creates one directory 0700, whatever the umask; an existing directory is left as it is
 /// (the state directory's own entries are checked by `Home::open`).
 pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        // The umask can only remove bits from 0700; chmod anyway so the mode is exact.
-        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)),
+    match create_new_private_dir(path) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(e) => Err(e),
+        other => other,
     }
+}
+
+/// Creates one new directory 0700, whatever the umask; one that already exists is an error
+/// (for directories that must never be reused, such as a staged commit's).
+pub fn create_new_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().mode(0o700).create(path)?;
+    // The umask can only remove bits from 0700; chmod anyway so the mode is exact.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Creates a directory and its missing parents 0700 each (for directories inside the state
