@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::copy::create_copy;
-use super::{io_err, IntakeError, IntakeLimits};
+use super::{fetchable, io_err, IntakeError, IntakeLimits};
 use crate::urlcheck;
 
 /// What a download brought in.
@@ -158,7 +158,7 @@ fn redirect_target(
                 "redirect to an unreadable location".into(),
             )
         })?;
-    if !matches!(next.scheme(), "http" | "https") || next.host_str().is_none() {
+    if !fetchable(&next) {
         return Err(fail(
             current.as_str(),
             format!("redirect to {next}: only http and https URLs are supported"),

@@ -208,9 +208,7 @@ fn classify_one(arg: &str) -> Result<Source, IntakeError> {
     if let Some((scheme, _)) = arg.split_once("://") {
         let bad = || IntakeError::BadUrl(shown(Path::new(arg)));
         let url = reqwest::Url::parse(arg).map_err(|_| bad())?;
-        if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https")
-            || url.host_str().is_none()
-        {
+        if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") || !fetchable(&url) {
             return Err(bad());
         }
         return Ok(Source::Url(url));
@@ -225,6 +223,12 @@ fn classify_one(arg: &str) -> Result<Source, IntakeError> {
         FileType::Directory => Ok(Source::Dir(path)),
         _ => Err(IntakeError::NotAFile(shown(&path))),
     }
+}
+
+/// Whether intake can fetch `url` at all: http or https, with a host. The same rule holds for
+/// every redirect.
+fn fetchable(url: &reqwest::Url) -> bool {
+    matches!(url.scheme(), "http" | "https") && url.host_str().is_some()
 }
 
 /// A short description for dry runs and audit records.
