@@ -1,18 +1,17 @@
 //! Copying local files and directories into `/input`: hashed in the same pass, holes kept,
 //! and the session's input cap taken by apparent size before a byte is written.
 
-use std::ffi::OsStr;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::{FileType, Stat};
+use rustix::fs::Stat;
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
-use super::names::{check_name_text, shown};
-use super::open::{list_dir, open_child, open_named};
-use super::{io_err, IntakeError, MAX_DEPTH};
+use super::names::shown;
+use super::open::{walk_named, Visitor};
+use super::{io_err, listed_path, IntakeError};
 
 /// What is left of the session's input cap.
 pub(super) struct Budget {
@@ -57,66 +56,56 @@ pub(super) fn copy_dir(
     max_files: usize,
     budget: &mut Budget,
 ) -> Result<Vec<(String, u64, String)>, IntakeError> {
-    let (fd, st) = open_named(src)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-        return Err(IntakeError::NotAFile(shown(src)));
-    }
-    let mut walk = Walk {
+    let mut copy = CopyTree {
+        dst,
         out: Vec::new(),
         max_files,
         budget,
     };
-    walk.dir(fd, src, dst, String::new(), 0)?;
-    let mut out = walk.out;
+    walk_named(src, &mut copy)?;
+    let mut out = copy.out;
     out.sort();
     Ok(out)
 }
 
-/// A directory walk by fd: every entry is opened relative to its parent's fd, no-follow.
-struct Walk<'a> {
+/// A directory copy: every directory re-created 0755, every regular file copied, anything
+/// else (a link, a FIFO, a device) refused.
+struct CopyTree<'a> {
+    dst: &'a Path,
     out: Vec<(String, u64, String)>,
     max_files: usize,
     budget: &'a mut Budget,
 }
 
-impl Walk<'_> {
-    fn dir(
+impl Visitor for CopyTree<'_> {
+    fn enter(&mut self, rel: &[String]) -> Result<(), IntakeError> {
+        let dst = listed_path(self.dst, rel);
+        std::fs::create_dir(&dst).map_err(io_err(&dst))?;
+        set_mode(&dst, 0o755)
+    }
+
+    fn file(
         &mut self,
-        src: OwnedFd,
-        shown_path: &Path,
-        dst: &Path,
-        rel: String,
-        depth: usize,
+        fd: OwnedFd,
+        st: &Stat,
+        path: &Path,
+        rel: &[String],
     ) -> Result<(), IntakeError> {
-        if depth > MAX_DEPTH {
-            return Err(IntakeError::TooDeep(shown(shown_path)));
+        if self.out.len() >= self.max_files {
+            return Err(IntakeError::TooMany(self.max_files));
         }
-        std::fs::create_dir(dst).map_err(io_err(dst))?;
-        set_mode(dst, 0o755)?;
-        for name in list_dir(&src, shown_path)? {
-            let path = shown_path.join(&name);
-            let name = check_name_text(&name, &path)?;
-            let child_rel = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
-            };
-            let (fd, st) = open_child(&src, OsStr::new(&name), &path)?;
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::Directory => {
-                    self.dir(fd, &path, &dst.join(&name), child_rel, depth + 1)?
-                }
-                FileType::RegularFile => {
-                    if self.out.len() >= self.max_files {
-                        return Err(IntakeError::TooMany(self.max_files));
-                    }
-                    let (size, sha) = copy_file(fd, &st, &path, &dst.join(&name), self.budget)?;
-                    self.out.push((child_rel, size, sha));
-                }
-                _ => return Err(IntakeError::NotAFile(shown(&path))),
-            }
-        }
+        let dst = listed_path(self.dst, rel);
+        let (size, sha) = copy_file(fd, st, path, &dst, self.budget)?;
+        self.out.push((rel.join("/"), size, sha));
         Ok(())
+    }
+
+    fn refused(&mut self, e: IntakeError) -> Result<(), IntakeError> {
+        Err(e)
+    }
+
+    fn special(&mut self, path: &Path) -> Result<(), IntakeError> {
+        Err(IntakeError::NotAFile(shown(path)))
     }
 }
 

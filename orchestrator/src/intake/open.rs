@@ -77,42 +77,96 @@ fn open_error(e: Errno, path: &Path) -> IntakeError {
 /// links and special files are skipped (intake would refuse them), every name is checked.
 /// Returns each file's components below `root` and its identity, sorted.
 pub fn list_files(root: &Path) -> Result<Vec<(Vec<String>, FileId)>, IntakeError> {
-    fn walk(
-        fd: &OwnedFd,
-        path: &Path,
-        rel: &mut Vec<String>,
-        out: &mut Vec<(Vec<String>, FileId)>,
-    ) -> Result<(), IntakeError> {
-        if rel.len() > MAX_DEPTH {
-            return Err(IntakeError::TooDeep(shown(path)));
+    /// Keeps regular files, skips everything else.
+    struct Listing(Vec<(Vec<String>, FileId)>);
+    impl Visitor for Listing {
+        fn file(
+            &mut self,
+            _: OwnedFd,
+            st: &Stat,
+            _: &Path,
+            rel: &[String],
+        ) -> Result<(), IntakeError> {
+            self.0.push((rel.to_vec(), FileId::of(st)));
+            Ok(())
         }
-        for name in list_dir(fd, path)? {
-            let child = path.join(&name);
-            let name = check_name_text(&name, &child)?;
-            let (fd, st) = match open_child(fd, OsStr::new(&name), &child) {
-                Ok(x) => x,
-                Err(IntakeError::Symlink(_) | IntakeError::NotAFile(_)) => continue,
-                Err(e) => return Err(e),
-            };
-            rel.push(name);
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::Directory => walk(&fd, &child, rel, out)?,
-                FileType::RegularFile => out.push((rel.clone(), FileId::of(&st))),
-                _ => {}
+        fn refused(&mut self, e: IntakeError) -> Result<(), IntakeError> {
+            match e {
+                IntakeError::Symlink(_) | IntakeError::NotAFile(_) => Ok(()),
+                e => Err(e),
             }
-            rel.pop();
         }
-        Ok(())
+        fn special(&mut self, _: &Path) -> Result<(), IntakeError> {
+            Ok(())
+        }
     }
     check_components(root)?;
+    let mut listing = Listing(Vec::new());
+    walk_named(root, &mut listing)?;
+    let mut out = listing.0;
+    out.sort();
+    Ok(out)
+}
+
+/// What a walk by fd ([`walk_named`]) does with what it finds. The walk itself opens every
+/// entry relative to its parent's fd, no-follow, checks every name and bounds the depth.
+pub(super) trait Visitor {
+    /// The directory at `rel` below the root (empty: the root itself) is about to be listed.
+    fn enter(&mut self, _rel: &[String]) -> Result<(), IntakeError> {
+        Ok(())
+    }
+    /// A regular file, open as `fd`, at `rel` below the root (`path` as the person sees it).
+    fn file(
+        &mut self,
+        fd: OwnedFd,
+        st: &Stat,
+        path: &Path,
+        rel: &[String],
+    ) -> Result<(), IntakeError>;
+    /// An entry that could not be opened (a link, a socket, ...); `Ok` skips it.
+    fn refused(&mut self, e: IntakeError) -> Result<(), IntakeError>;
+    /// A FIFO or device (opened without blocking); `Ok` skips it.
+    fn special(&mut self, path: &Path) -> Result<(), IntakeError>;
+}
+
+/// Walks the directory the person named as `root` (see [`open_named`]), in name order.
+pub(super) fn walk_named(root: &Path, visitor: &mut impl Visitor) -> Result<(), IntakeError> {
     let (fd, st) = open_named(root)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
         return Err(IntakeError::NotAFile(shown(root)));
     }
-    let mut out = Vec::new();
-    walk(&fd, root, &mut Vec::new(), &mut out)?;
-    out.sort();
-    Ok(out)
+    walk(&fd, root, &mut Vec::new(), visitor)
+}
+
+fn walk(
+    fd: &OwnedFd,
+    path: &Path,
+    rel: &mut Vec<String>,
+    visitor: &mut impl Visitor,
+) -> Result<(), IntakeError> {
+    if rel.len() > MAX_DEPTH {
+        return Err(IntakeError::TooDeep(shown(path)));
+    }
+    visitor.enter(rel)?;
+    for name in list_dir(fd, path)? {
+        let child = path.join(&name);
+        let name = check_name_text(&name, &child)?;
+        let (fd, st) = match open_child(fd, OsStr::new(&name), &child) {
+            Ok(x) => x,
+            Err(e) => {
+                visitor.refused(e)?;
+                continue;
+            }
+        };
+        rel.push(name);
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => walk(&fd, &child, rel, visitor)?,
+            FileType::RegularFile => visitor.file(fd, &st, &child, rel)?,
+            _ => visitor.special(&child)?,
+        }
+        rel.pop();
+    }
+    Ok(())
 }
 
 /// Opens a listed file again: the root as the person named it, then each component below it
