@@ -484,9 +484,7 @@ impl Building {
         let owner = self.target.join(OWNER_FILE);
         std::fs::remove_file(&owner).map_err(io(&owner))?;
         if let Some(parent) = self.target.parent() {
-            std::fs::File::open(parent)
-                .and_then(|d| d.sync_all())
-                .map_err(io(parent))?;
+            fsync(parent)?;
         }
         Ok(self.target.clone())
     }
@@ -510,16 +508,19 @@ fn sync_tree(dir: &Path) -> Result<(), StageError> {
             if ft.is_dir() {
                 stack.push(entry.path());
             } else if ft.is_file() {
-                std::fs::File::open(entry.path())
-                    .and_then(|f| f.sync_all())
-                    .map_err(io(&entry.path()))?;
+                fsync(&entry.path())?;
             }
         }
-        std::fs::File::open(&d)
-            .and_then(|f| f.sync_all())
-            .map_err(io(&d))?;
+        fsync(&d)?;
     }
     Ok(())
+}
+
+/// fsyncs one file or directory.
+fn fsync(path: &Path) -> Result<(), StageError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
 }
 
 #[cfg(test)]
