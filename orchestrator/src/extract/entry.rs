@@ -120,6 +120,8 @@ struct Seen {
     kind: Kind,
 }
 
+/// One extraction in progress: what it wrote and refused so far, and every path it has seen
+/// (so a later entry cannot collide with, or land under, an earlier one).
 pub(super) struct Extractor<'a> {
     root: &'a str,
     dest: &'a Path,

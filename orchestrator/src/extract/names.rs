@@ -71,6 +71,8 @@ fn is_git_component(comp: &str) -> bool {
     base == ".git" || base == "git~1"
 }
 
+/// Checks an archive name and splits it below `root`, or says in one line why it is refused:
+/// the archive is hostile, so only plain, short, shallow, visible UTF-8 names under the root pass.
 pub(super) fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
     if raw.len() > MAX_PATH_BYTES {
         return Err(format!(
