@@ -84,23 +84,7 @@ pub(super) fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
         return Err("empty name".to_string());
     }
     let name = std::str::from_utf8(raw).map_err(|_| "name is not valid UTF-8".to_string())?;
-    for c in name.chars() {
-        if c == '\0' {
-            return Err("NUL byte in name".to_string());
-        }
-        if golem_protocol::chars::is_control(c) {
-            return Err(format!("control character U+{:04X} in name", c as u32));
-        }
-        if is_forbidden_char(c) {
-            return Err(format!(
-                "bidi or invisible formatting character U+{:04X} in name",
-                c as u32
-            ));
-        }
-        if c == '\\' {
-            return Err("backslash in name".to_string());
-        }
-    }
+    name.chars().try_for_each(check_char)?;
     if name.starts_with('/') {
         return Err("absolute path".to_string());
     }
@@ -109,34 +93,12 @@ pub(super) fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
         Some(n) => (n, true),
         None => (name, false),
     };
-    let mut comps = name.split('/');
-    let first = comps.next().unwrap_or("");
-    let mut rel = Vec::new();
-    for comp in std::iter::once(first).chain(comps.by_ref()) {
-        if comp.is_empty() {
-            return Err("empty path component".to_string());
-        }
-        if comp == "." {
-            return Err("'.' path component".to_string());
-        }
-        if comp == ".." {
-            return Err("'..' path component (path traversal)".to_string());
-        }
-        if comp.len() > MAX_COMPONENT_BYTES {
-            return Err(format!(
-                "path component too long: {} bytes > {MAX_COMPONENT_BYTES}",
-                comp.len()
-            ));
-        }
-        if is_git_component(comp) {
-            return Err("'.git' path component".to_string());
-        }
-        rel.push(comp);
-    }
-    if first != root {
+    let comps: Vec<&str> = name.split('/').collect();
+    comps.iter().try_for_each(|comp| check_component(comp))?;
+    if comps.first().copied().unwrap_or("") != root {
         return Err(format!("outside root directory {root:?}"));
     }
-    let rel: Vec<String> = rel.into_iter().skip(1).map(str::to_string).collect();
+    let rel: Vec<String> = comps.into_iter().skip(1).map(str::to_string).collect();
     if rel.len() > MAX_DEPTH {
         return Err(format!(
             "path too deep: {} components below root > {MAX_DEPTH}",
@@ -147,4 +109,48 @@ pub(super) fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
         rel,
         trailing_slash,
     })
+}
+
+/// A character no name may hold, with its reason (NUL, controls, bidi and invisible
+/// characters, backslashes).
+fn check_char(c: char) -> Result<(), String> {
+    if c == '\0' {
+        return Err("NUL byte in name".to_string());
+    }
+    if golem_protocol::chars::is_control(c) {
+        return Err(format!("control character U+{:04X} in name", c as u32));
+    }
+    if is_forbidden_char(c) {
+        return Err(format!(
+            "bidi or invisible formatting character U+{:04X} in name",
+            c as u32
+        ));
+    }
+    if c == '\\' {
+        return Err("backslash in name".to_string());
+    }
+    Ok(())
+}
+
+/// A component no path may hold, with its reason: empty, `.`, `..`, over-long or `.git`.
+fn check_component(comp: &str) -> Result<(), String> {
+    if comp.is_empty() {
+        return Err("empty path component".to_string());
+    }
+    if comp == "." {
+        return Err("'.' path component".to_string());
+    }
+    if comp == ".." {
+        return Err("'..' path component (path traversal)".to_string());
+    }
+    if comp.len() > MAX_COMPONENT_BYTES {
+        return Err(format!(
+            "path component too long: {} bytes > {MAX_COMPONENT_BYTES}",
+            comp.len()
+        ));
+    }
+    if is_git_component(comp) {
+        return Err("'.git' path component".to_string());
+    }
+    Ok(())
 }
