@@ -63,10 +63,6 @@ impl Home {
             Some(p) => p.to_path_buf(),
             None => PathBuf::from(".golem"),
         };
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| HomeError::Io { path, source }
-        };
         create_state_dir(&wanted).map_err(io(&wanted))?;
         let root = wanted.canonicalize().map_err(io(&wanted))?;
         let mut home = Home { root, token: None };
@@ -172,7 +168,7 @@ impl Home {
                 .and_then(|mut f| {
                     f.write_all(b"golem-orch state directory; hidden from every worker\n")
                 })
-                .map_err(|source| HomeError::Io { path, source })?;
+                .map_err(io(&path))?;
         }
         Ok(())
     }
@@ -186,6 +182,14 @@ pub fn session_tag(token: &crate::secret::Secret, session: &str) -> String {
     token.mac_hex(format!("golem.token:{session}").as_bytes())
 }
 
+/// An I/O failure on `path`, as the state directory reports it.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> HomeError + '_ {
+    move |source| HomeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Checks one existing entry: the right type (never a symlink), owned by the effective user,
 /// not group- or world-writable; then drops any group/other bits it still has.
 fn check_owned(path: &Path, dir: bool) -> Result<(), HomeError> {
@@ -194,10 +198,7 @@ fn check_owned(path: &Path, dir: bool) -> Result<(), HomeError> {
         path: path.to_path_buf(),
         why,
     };
-    let meta = std::fs::symlink_metadata(path).map_err(|source| HomeError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let meta = std::fs::symlink_metadata(path).map_err(io(path))?;
     if meta.file_type().is_symlink() {
         return Err(unsafe_("is a symlink".into()));
     }
@@ -222,12 +223,8 @@ fn check_owned(path: &Path, dir: bool) -> Result<(), HomeError> {
     }
     if mode & 0o077 != 0 {
         let private = if dir { 0o700 } else { 0o600 };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(private)).map_err(
-            |source| HomeError::Io {
-                path: path.to_path_buf(),
-                source,
-            },
-        )?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(private))
+            .map_err(io(path))?;
     }
     Ok(())
 }
@@ -244,13 +241,19 @@ fn create_state_dir(path: &Path) -> std::io::Result<()> {
 /// Creates one directory 0700, whatever the umask; an existing directory is left as it is
 /// (the state directory's own entries are checked by `Home::open`).
 pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        // The umask can only remove bits from 0700; chmod anyway so the mode is exact.
-        Ok(()) => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)),
+    match create_new_private_dir(path) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(e) => Err(e),
+        other => other,
     }
+}
+
+/// Creates one new directory 0700, whatever the umask; one that already exists is an error
+/// (for directories that must never be reused, such as a staged commit's).
+pub fn create_new_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().mode(0o700).create(path)?;
+    // The umask can only remove bits from 0700; chmod anyway so the mode is exact.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Creates a directory and its missing parents 0700 each (for directories inside the state
@@ -312,10 +315,7 @@ pub fn resolve_id_in(
     }
     let prefix = prefix.to_ascii_lowercase();
     let mut found: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|source| HomeError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
+        .map_err(io(dir))?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
         .filter_map(|name| name.strip_suffix(suffix).map(str::to_string))

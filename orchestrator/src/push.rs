@@ -275,28 +275,7 @@ pub fn execute(
     let (message, remote) = (message.as_deref(), remote.as_deref());
     let mut lock = stage.lock()?;
     let proposal = propose(stage, audit, id, target, only)?;
-    if !proposal.conflicts.is_empty() && !force {
-        return Err(refused(
-            audit,
-            id,
-            PushError::Conflict {
-                branch: target.branch.clone(),
-                paths: proposal.conflicts.clone(),
-            },
-        ));
-    }
-    let colliding = collisions(&proposal);
-    if !colliding.is_empty() && !force {
-        return Err(refused(
-            audit,
-            id,
-            PushError::Collision { pairs: colliding },
-        ));
-    }
-    if !colliding.is_empty() {
-        // The person overrode a refusal: the log says what they accepted.
-        audit.record(Some(id), "push.forced", json!({ "collisions": colliding }))?;
-    }
+    consent(audit, id, target, &proposal, *force)?;
     // Verified again, not just re-read: the bytes committed are checked against this manifest.
     let manifest = verified_manifest(stage, audit, id)?;
     let (commit, recovered) = match find_recovered(target, id)? {
@@ -344,6 +323,40 @@ pub fn execute(
     Ok(pushed)
 }
 
+/// Refuses a push the person has not consented to: one over paths the branch changed since the
+/// session, or one writing look-alike paths, unless forced (then the log says what was accepted).
+fn consent(
+    audit: &Audit,
+    id: &str,
+    target: &Target,
+    proposal: &Proposal,
+    force: bool,
+) -> Result<(), PushError> {
+    if !proposal.conflicts.is_empty() && !force {
+        return Err(refused(
+            audit,
+            id,
+            PushError::Conflict {
+                branch: target.branch.clone(),
+                paths: proposal.conflicts.clone(),
+            },
+        ));
+    }
+    let colliding = collisions(proposal);
+    if !colliding.is_empty() && !force {
+        return Err(refused(
+            audit,
+            id,
+            PushError::Collision { pairs: colliding },
+        ));
+    }
+    if !colliding.is_empty() {
+        // The person overrode a refusal: the log says what they accepted.
+        audit.record(Some(id), "push.forced", json!({ "collisions": colliding }))?;
+    }
+    Ok(())
+}
+
 /// A commit on the branch that already carries this staged commit's trailer.
 fn find_recovered(target: &Target, id: &str) -> Result<Option<Oid>, PushError> {
     let Some(tip) = target.tip()? else {
@@ -365,6 +378,8 @@ fn find_recovered(target: &Target, id: &str) -> Result<Option<Oid>, PushError> {
     Ok(None)
 }
 
+/// Writes one commit of the verified staged bytes on top of the branch's base and moves the
+/// branch to it with a compare-and-swap.
 fn commit(
     stage: &Stage,
     id: &str,
@@ -375,7 +390,36 @@ fn commit(
 ) -> Result<Oid, PushError> {
     let repo = &target.repo;
     let base = target.base()?;
-    let base_tree = match &base {
+    let tree = build_tree(stage, id, manifest, target, proposal, base.as_ref())?;
+    let sig = repo
+        .signature()
+        .or_else(|_| Signature::now("golem-orch", "golem-orch@localhost"))
+        .map_err(TargetError::git("making a signature"))?;
+    let text = commit_message(
+        manifest,
+        &stage::manifest_sha256(stage, id)?,
+        proposal,
+        message,
+    );
+    let parents: Vec<&git2::Commit> = base.iter().collect();
+    let oid = repo
+        .commit(None, &sig, &sig, &text, &tree, &parents)
+        .map_err(TargetError::git("writing the commit"))?;
+    move_branch(target, id, oid)
+}
+
+/// The base's tree (or an empty one for a new branch) with every changed file's verified
+/// staged bytes written as a blob at its path.
+fn build_tree<'r>(
+    stage: &Stage,
+    id: &str,
+    manifest: &Manifest,
+    target: &'r Target,
+    proposal: &Proposal,
+    base: Option<&git2::Commit<'_>>,
+) -> Result<git2::Tree<'r>, PushError> {
+    let repo = &target.repo;
+    let base_tree = match base {
         Some(c) => c
             .tree()
             .map_err(TargetError::git("reading the base tree"))?,
@@ -412,24 +456,15 @@ fn commit(
     let tree_id = update
         .create_updated(repo, &base_tree)
         .map_err(TargetError::git("building the tree"))?;
-    let tree = repo
+    Ok(repo
         .find_tree(tree_id)
-        .map_err(TargetError::git("reading the new tree"))?;
-    let sig = repo
-        .signature()
-        .or_else(|_| Signature::now("golem-orch", "golem-orch@localhost"))
-        .map_err(TargetError::git("making a signature"))?;
-    let text = commit_message(
-        manifest,
-        &stage::manifest_sha256(stage, id)?,
-        proposal,
-        message,
-    );
-    let parents: Vec<&git2::Commit> = base.iter().collect();
-    let oid = repo
-        .commit(None, &sig, &sig, &text, &tree, &parents)
-        .map_err(TargetError::git("writing the commit"))?;
-    // Compare-and-swap: create only if absent, or move only from the tip we built on.
+        .map_err(TargetError::git("reading the new tree"))?)
+}
+
+/// Compare-and-swap: creates the branch only if absent, or moves it only from the tip the
+/// commit was built on, so a concurrent change is never overwritten.
+fn move_branch(target: &Target, id: &str, oid: Oid) -> Result<Oid, PushError> {
+    let repo = &target.repo;
     let refname = target.refname();
     let log = format!("golem-orch push {}", crate::home::short(id));
     let moved = match target.tip()? {

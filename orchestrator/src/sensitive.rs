@@ -45,29 +45,64 @@ fn fold_component(component: &str) -> String {
 /// platform that runs them would accept those spellings.
 pub fn classify(path: &str, content: &[u8]) -> Vec<&'static str> {
     let folded = fold(path);
-    let parts: Vec<&str> = folded.split('/').collect();
-    let name = parts.last().copied().unwrap_or("");
-    let dirs = &parts[..parts.len().saturating_sub(1)];
-    let under = |seq: &[&str]| dirs.windows(seq.len()).any(|w| w == seq);
-    let mut reasons = Vec::new();
-    let mut add = |reason: &'static str| {
-        if !reasons.contains(&reason) {
-            reasons.push(reason);
-        }
-    };
-
-    // CI: runs on push, often with secrets.
-    if under(&[".github", "workflows"]) || under(&[".github", "actions"]) {
-        add("CI configuration: runs on push");
+    let at = Place::new(&folded);
+    let mut reasons = Reasons::default();
+    ci(&at, &mut reasons);
+    git(&at, &mut reasons);
+    tools(&at, &mut reasons);
+    golem(&at, &mut reasons);
+    // Executable content. The stage keeps no mode bits and push commits 0644 blobs, so only a
+    // `#!` line can make a file executable in spirit; `sh file` still runs it.
+    if content.starts_with(b"#!") {
+        reasons.add("script: starts with #!");
     }
-    if under(&[".circleci"])
-        || under(&[".buildkite"])
-        || under(&[".gitlab"])
-        || under(&[".woodpecker"])
-        || under(&[".forgejo", "workflows"])
-        || under(&[".gitea", "workflows"])
+    reasons.0
+}
+
+/// A folded path as [`classify`] matches it: its last component and the directories above.
+struct Place<'a> {
+    name: &'a str,
+    dirs: Vec<&'a str>,
+}
+
+impl<'a> Place<'a> {
+    fn new(folded: &'a str) -> Self {
+        let mut dirs: Vec<&str> = folded.split('/').collect();
+        let name = dirs.pop().unwrap_or("");
+        Place { name, dirs }
+    }
+
+    /// Whether `seq` appears as consecutive directories anywhere above the name.
+    fn under(&self, seq: &[&str]) -> bool {
+        self.dirs.windows(seq.len()).any(|w| w == seq)
+    }
+}
+
+/// Reasons in the order found, each once.
+#[derive(Default)]
+struct Reasons(Vec<&'static str>);
+
+impl Reasons {
+    fn add(&mut self, reason: &'static str) {
+        if !self.0.contains(&reason) {
+            self.0.push(reason);
+        }
+    }
+}
+
+/// CI and repository bots: they run on push, often with secrets.
+fn ci(at: &Place<'_>, reasons: &mut Reasons) {
+    if at.under(&[".github", "workflows"]) || at.under(&[".github", "actions"]) {
+        reasons.add("CI configuration: runs on push");
+    }
+    if at.under(&[".circleci"])
+        || at.under(&[".buildkite"])
+        || at.under(&[".gitlab"])
+        || at.under(&[".woodpecker"])
+        || at.under(&[".forgejo", "workflows"])
+        || at.under(&[".gitea", "workflows"])
         || matches!(
-            name,
+            at.name,
             ".gitlab-ci.yml"
                 | ".travis.yml"
                 | "azure-pipelines.yml"
@@ -84,35 +119,60 @@ pub fn classify(path: &str, content: &[u8]) -> Vec<&'static str> {
                 | ".cirrus.yml"
         )
     {
-        add("CI configuration: runs on push");
+        reasons.add("CI configuration: runs on push");
     }
     if matches!(
-        name,
+        at.name,
         "codeowners" | "dependabot.yml" | "dependabot.yaml" | "renovate.json"
     ) {
-        add("repository automation: changes reviewers or bots");
+        reasons.add("repository automation: changes reviewers or bots");
     }
+}
 
-    // Git's own behaviour.
-    match name {
-        ".gitattributes" => add("git behaviour: filters and diff drivers run commands"),
-        ".gitmodules" => add("git behaviour: submodule URLs are fetched"),
-        ".gitignore" => add("git behaviour: can hide files from review"),
-        ".mailmap" => add("git behaviour: rewrites author identities"),
+/// Git's own behaviour: attributes, submodules, ignores, identities and hooks.
+fn git(at: &Place<'_>, reasons: &mut Reasons) {
+    match at.name {
+        ".gitattributes" => reasons.add("git behaviour: filters and diff drivers run commands"),
+        ".gitmodules" => reasons.add("git behaviour: submodule URLs are fetched"),
+        ".gitignore" => reasons.add("git behaviour: can hide files from review"),
+        ".mailmap" => reasons.add("git behaviour: rewrites author identities"),
         ".pre-commit-config.yaml" | ".pre-commit-config.yml" | "lefthook.yml" | ".lefthook.yml" => {
-            add("git hooks: run on commit")
+            reasons.add("git hooks: run on commit")
         }
         _ => {}
     }
-    if dirs
+    if at
+        .dirs
         .iter()
         .any(|d| matches!(*d, ".githooks" | ".husky" | "hooks"))
     {
-        add("git hooks: run on commit");
+        reasons.add("git hooks: run on commit");
     }
+}
 
-    // Run by tools when someone enters the directory, builds, tests or opens an editor.
-    let automation = match name {
+/// Run by tools when someone enters the directory, builds, tests or opens an editor.
+fn tools(at: &Place<'_>, reasons: &mut Reasons) {
+    if let Some(reason) = run_by_tools(at.name) {
+        reasons.add(reason);
+    }
+    if at.under(&[".cargo"]) && (at.name.starts_with("config") || at.name == "credentials.toml") {
+        reasons.add("rust build: cargo configuration runs and redirects builds");
+    }
+    if at.under(&[".vscode"])
+        || at.under(&[".idea"])
+        || at.under(&[".devcontainer"])
+        || at.under(&[".zed"])
+    {
+        reasons.add("editor configuration: can run tasks when opened");
+    }
+    if matches!(at.name, ".exrc" | ".nvimrc" | ".nvim.lua" | ".lvimrc") {
+        reasons.add("editor configuration: can run tasks when opened");
+    }
+}
+
+/// Why a tool runs or loads the file called `name` wherever it is, if it does.
+fn run_by_tools(name: &str) -> Option<&'static str> {
+    match name {
         ".envrc" => Some("environment: direnv runs it on cd"),
         n if n == ".env" || n.starts_with(".env.") => Some("environment: loaded into processes"),
         "makefile" | "gnumakefile" | "justfile" | ".justfile" | "rakefile" | "taskfile.yml"
@@ -142,34 +202,17 @@ pub fn classify(path: &str, content: &[u8]) -> Vec<&'static str> {
         "gemfile" | ".ruby-version" | ".tool-versions" | ".nvmrc" | "flake.nix" | "shell.nix"
         | "default.nix" => Some("environment: selects tools"),
         _ => None,
-    };
-    if let Some(reason) = automation {
-        add(reason);
     }
-    if under(&[".cargo"]) && (name.starts_with("config") || name == "credentials.toml") {
-        add("rust build: cargo configuration runs and redirects builds");
-    }
-    if under(&[".vscode"]) || under(&[".idea"]) || under(&[".devcontainer"]) || under(&[".zed"]) {
-        add("editor configuration: can run tasks when opened");
-    }
-    if matches!(name, ".exrc" | ".nvimrc" | ".nvim.lua" | ".lvimrc") {
-        add("editor configuration: can run tasks when opened");
-    }
+}
 
-    // Golem's own files decide what future sessions may do.
-    if name == "golem.yaml" || name == ".golem.yaml" {
-        add("golem configuration: changes what sessions may do");
+/// Golem's own files decide what future sessions may do.
+fn golem(at: &Place<'_>, reasons: &mut Reasons) {
+    if at.name == "golem.yaml" || at.name == ".golem.yaml" {
+        reasons.add("golem configuration: changes what sessions may do");
     }
-    if name.ends_with(".worker") && dirs.last() == Some(&"workers") {
-        add("golem worker definition: changes what sessions run");
+    if at.name.ends_with(".worker") && at.dirs.last() == Some(&"workers") {
+        reasons.add("golem worker definition: changes what sessions run");
     }
-
-    // Executable content. The stage keeps no mode bits and push commits 0644 blobs, so only a
-    // `#!` line can make a file executable in spirit; `sh file` still runs it.
-    if content.starts_with(b"#!") {
-        add("script: starts with #!");
-    }
-    reasons
 }
 
 /// For each path in `staged`, the other paths (from `staged` itself or from `existing`) that are

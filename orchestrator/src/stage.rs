@@ -287,43 +287,58 @@ impl Stage {
 
 /// Creates one new directory 0700 (it must not exist: stage directories are never reused).
 fn private_dir(path: &Path) -> Result<(), StageError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(path)
-        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)))
-        .map_err(io(path))
+    crate::home::create_new_private_dir(path).map_err(io(path))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StageError> {
     let text = std::fs::read(path).map_err(io(path))?;
-    serde_json::from_slice(&text).map_err(|e| StageError::Corrupt {
+    parse_json(path, &text)
+}
+
+/// `bytes`, read from `path`, as JSON; a file that does not parse is corrupt.
+fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, StageError> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(path, e))
+}
+
+/// `value` as the pretty JSON the stage writes to `path`.
+fn to_json(path: &Path, value: &impl Serialize) -> Result<Vec<u8>, StageError> {
+    serde_json::to_vec_pretty(value).map_err(|e| corrupt(path, e))
+}
+
+fn corrupt(path: &Path, e: serde_json::Error) -> StageError {
+    StageError::Corrupt {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })
+    }
 }
 
 impl Stage {
     /// Reads a manifest and the sha256 of exactly the bytes parsed, so a manifest checked
     /// against its audited hash is the manifest used (no second read to swap it under).
     pub fn manifest_with_sha256(&self, id: &str) -> Result<(Manifest, String), StageError> {
-        use sha2::{Digest, Sha256};
+        let (path, bytes) = self.manifest_bytes(id)?;
+        let manifest = parse_json(&path, &bytes)?;
+        Ok((manifest, sha256_hex(&bytes)))
+    }
+
+    /// A manifest's path and its bytes as they are on disk.
+    fn manifest_bytes(&self, id: &str) -> Result<(PathBuf, Vec<u8>), StageError> {
         let path = self.dir(id).join(MANIFEST);
         let bytes = std::fs::read(&path).map_err(io(&path))?;
-        let manifest = serde_json::from_slice(&bytes).map_err(|e| StageError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        Ok((manifest, hex::encode(Sha256::digest(&bytes))))
+        Ok((path, bytes))
     }
 }
 
 /// sha256 of a manifest's bytes, recorded in the audit log when staged and checked before a push.
 pub fn manifest_sha256(stage: &Stage, id: &str) -> Result<String, StageError> {
+    let (_, bytes) = stage.manifest_bytes(id)?;
+    Ok(sha256_hex(&bytes))
+}
+
+/// Lower-case hex sha256, as manifests and the audit log write it.
+fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let path = stage.dir(id).join(MANIFEST);
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
-    Ok(hex::encode(Sha256::digest(&bytes)))
+    hex::encode(Sha256::digest(bytes))
 }
 
 impl Stage {
@@ -372,7 +387,6 @@ impl Stage {
 
     /// Reads one staged file without following links and checks its size and sha256 against the manifest.
     pub fn read_verified(&self, id: &str, file: &ExtractedFile) -> Result<Vec<u8>, StageError> {
-        use sha2::{Digest, Sha256};
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.dir(id).join(FILES).join(&file.path);
@@ -390,7 +404,7 @@ impl Stage {
             .take(file.size + 1)
             .read_to_end(&mut data)
             .map_err(io(&path))?;
-        if data.len() as u64 != file.size || hex::encode(Sha256::digest(&data)) != file.sha256 {
+        if data.len() as u64 != file.size || sha256_hex(&data) != file.sha256 {
             return Err(tampered(format!("{} does not match its sha256", file.path)));
         }
         Ok(data)
@@ -440,10 +454,7 @@ impl Stage {
 /// Writes a status atomically (callers hold the stage lock; use [`Stage::transition`]).
 fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
     let path = stage.dir(id).join(STATUS);
-    let json = serde_json::to_vec_pretty(status).map_err(|e| StageError::Corrupt {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
+    let json = to_json(&path, status)?;
     write_atomic(&path, &json).map_err(io(&path))
 }
 
@@ -464,10 +475,7 @@ impl Building {
     /// Writes the manifest, syncs everything and renames the directory into place.
     pub fn commit(mut self, manifest: &Manifest) -> Result<PathBuf, StageError> {
         let manifest_path = self.tmp.join(MANIFEST);
-        let json = serde_json::to_vec_pretty(manifest).map_err(|e| StageError::Corrupt {
-            path: manifest_path.clone(),
-            message: e.to_string(),
-        })?;
+        let json = to_json(&manifest_path, manifest)?;
         crate::home::write_private(&manifest_path, &json).map_err(io(&manifest_path))?;
         sync_tree(&self.tmp)?;
         std::fs::rename(&self.tmp, &self.target).map_err(io(&self.target))?;
@@ -476,9 +484,7 @@ impl Building {
         let owner = self.target.join(OWNER_FILE);
         std::fs::remove_file(&owner).map_err(io(&owner))?;
         if let Some(parent) = self.target.parent() {
-            std::fs::File::open(parent)
-                .and_then(|d| d.sync_all())
-                .map_err(io(parent))?;
+            fsync(parent)?;
         }
         Ok(self.target.clone())
     }
@@ -502,16 +508,19 @@ fn sync_tree(dir: &Path) -> Result<(), StageError> {
             if ft.is_dir() {
                 stack.push(entry.path());
             } else if ft.is_file() {
-                std::fs::File::open(entry.path())
-                    .and_then(|f| f.sync_all())
-                    .map_err(io(&entry.path()))?;
+                fsync(&entry.path())?;
             }
         }
-        std::fs::File::open(&d)
-            .and_then(|f| f.sync_all())
-            .map_err(io(&d))?;
+        fsync(&d)?;
     }
     Ok(())
+}
+
+/// fsyncs one file or directory.
+fn fsync(path: &Path) -> Result<(), StageError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
 }
 
 #[cfg(test)]

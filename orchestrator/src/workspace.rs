@@ -14,7 +14,7 @@
 //! session of the project cannot send a root golem-orch's `chmod`/`chown` outside the workspace.
 
 use std::ffi::{CStr, CString, OsStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -114,61 +114,231 @@ impl Scrubbed {
 /// followed (they are only re-owned, with `AT_SYMLINK_NOFOLLOW`).
 pub fn scrub(root: &Path, owner: Option<SessionUser>) -> std::io::Result<Scrubbed> {
     let c = cstring(root.as_os_str())?;
-    let open_root = || {
-        // SAFETY: `c` is a valid NUL-terminated path; the returned fd is owned below.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    };
+    let open_root = || open_at(libc::AT_FDCWD, &c, DIR_FLAGS);
     let dir = open_root()?;
-    let mut out = Scrubbed::default();
+    let mut scrub = Scrub {
+        owner,
+        out: Scrubbed::default(),
+        deferred: Vec::new(),
+    };
     if let Some(o) = owner {
         // SAFETY: `dir` is a valid open descriptor.
         if unsafe { libc::fchown(dir.as_raw_fd(), o.uid, o.gid) } != 0 {
-            let e = std::io::Error::last_os_error();
-            Scrubbed::note(&mut out.failed, &mut out.count, format!(".: {e}"));
+            scrub.fail(".", std::io::Error::last_os_error());
         }
     }
-    let mut deferred = Vec::new();
-    walk(&dir, &[], owner, 0, &mut out, &mut deferred);
+    scrub.walk(&dir, &[], 0);
     drop(dir);
     // Directories past MAX_DEPTH: reopened from the root, component by component, never
     // following a link, then walked with a fresh budget (deeper ones are set aside again).
-    while let Some(components) = deferred.pop() {
-        let shown = show(&components);
-        let mut fd = open_root()?;
-        let mut reached = true;
-        for name in &components {
-            // SAFETY: `fd` is open and `name` NUL-terminated; the result is owned below.
-            let next = unsafe {
-                libc::openat(
-                    fd.as_raw_fd(),
-                    name.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if next < 0 {
-                let e = std::io::Error::last_os_error();
-                Scrubbed::note(&mut out.failed, &mut out.count, format!("{shown}: {e}"));
-                reached = false;
-                break;
-            }
-            // SAFETY: just opened, owned by nobody else.
-            fd = unsafe { OwnedFd::from_raw_fd(next) };
-        }
-        if reached {
-            walk(&fd, &components, owner, 0, &mut out, &mut deferred);
+    while let Some(components) = scrub.deferred.pop() {
+        let reached = components.iter().try_fold(open_root()?, |fd, name| {
+            open_at(fd.as_raw_fd(), name, DIR_FLAGS)
+        });
+        match reached {
+            Ok(fd) => scrub.walk(&fd, &components, 0),
+            Err(e) => scrub.fail(&show(&components), e),
         }
     }
-    Ok(out)
+    Ok(scrub.out)
+}
+
+/// How the scrub opens a directory: never through a link.
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+/// `openat(dir, name, flags)` as an owned descriptor.
+fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+    // SAFETY: `dir` is open (or AT_FDCWD) and `name` NUL-terminated; the result is owned below.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// One scrub in progress: whom entries are handed to, what was done, and the directories set
+/// aside past [`MAX_DEPTH`].
+struct Scrub {
+    owner: Option<SessionUser>,
+    out: Scrubbed,
+    deferred: Vec<Vec<CString>>,
+}
+
+impl Scrub {
+    fn fail(&mut self, shown: &str, e: std::io::Error) {
+        Scrubbed::note(
+            &mut self.out.failed,
+            &mut self.out.count,
+            format!("{shown}: {e}"),
+        );
+    }
+
+    /// Scrubs every entry of `dir` (at `path` below the root), recursing into directories.
+    fn walk(&mut self, dir: &OwnedFd, path: &[CString], depth: usize) {
+        let entries = match names(dir) {
+            Ok(n) => n,
+            Err(e) => {
+                self.fail(&format!("{}/.", show(path)), e);
+                return;
+            }
+        };
+        for name in entries {
+            let mut child = path.to_vec();
+            child.push(name.clone());
+            let Some(fd) = self.entry(dir, &name, &show(&child)) else {
+                continue;
+            };
+            if depth + 1 >= MAX_DEPTH {
+                drop(fd);
+                self.deferred.push(child);
+            } else {
+                self.walk(&fd, &child, depth + 1);
+            }
+        }
+    }
+
+    /// Scrubs one entry of `dir`; returns its descriptor when it is a directory to walk into.
+    fn entry(&mut self, dir: &OwnedFd, name: &CStr, shown: &str) -> Option<OwnedFd> {
+        let st = match fstatat(dir, name) {
+            Ok(st) => st,
+            Err(e) => {
+                self.fail(shown, e);
+                return None;
+            }
+        };
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK => {
+                // SAFETY: `dir` is open and `name` NUL-terminated; unlinkat never follows a link.
+                if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+                    self.fail(shown, std::io::Error::last_os_error());
+                } else {
+                    let out = &mut self.out;
+                    Scrubbed::note(&mut out.special_removed, &mut out.count, shown.to_string());
+                }
+                None
+            }
+            libc::S_IFLNK => {
+                self.reown_link(dir, name, shown);
+                None
+            }
+            libc::S_IFDIR | libc::S_IFREG => self.fix(dir, name, &st, shown),
+            _ => None,
+        }
+    }
+
+    /// Hands a symlink itself (never its target) to the session's user.
+    fn reown_link(&mut self, dir: &OwnedFd, name: &CStr, shown: &str) {
+        let Some(o) = self.owner else {
+            return;
+        };
+        // SAFETY: as above; AT_SYMLINK_NOFOLLOW re-owns the link itself.
+        let r = unsafe {
+            libc::fchownat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                o.uid,
+                o.gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            self.fail(shown, std::io::Error::last_os_error());
+        }
+    }
+
+    /// Re-owns a directory or regular file and clears its set-id bits, through a descriptor of
+    /// the very object inspected; returns the descriptor when it is a directory.
+    fn fix(&mut self, dir: &OwnedFd, name: &CStr, st: &libc::stat, shown: &str) -> Option<OwnedFd> {
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let flags = libc::O_NOFOLLOW
+            | libc::O_CLOEXEC
+            | libc::O_NONBLOCK
+            | if is_dir {
+                libc::O_RDONLY | libc::O_DIRECTORY
+            } else {
+                libc::O_PATH
+            };
+        let fd = match open_at(dir.as_raw_fd(), name, flags).and_then(|fd| same_object(fd, st)) {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.fail(shown, e);
+                return None;
+            }
+        };
+        if let Some(o) = self.owner {
+            let r = through(
+                &fd,
+                is_dir,
+                // SAFETY: `fd` is open.
+                |fd| unsafe { libc::fchown(fd, o.uid, o.gid) },
+                // SAFETY: `p` is NUL-terminated.
+                |p| unsafe { libc::chown(p.as_ptr(), o.uid, o.gid) },
+            );
+            if let Err(e) = r {
+                self.fail(shown, e);
+            }
+        }
+        // chown clears set-id bits of regular files by itself; clear them in any case.
+        if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            let mode = st.st_mode & 0o1777;
+            let r = through(
+                &fd,
+                is_dir,
+                // SAFETY: `fd` is open.
+                |fd| unsafe { libc::fchmod(fd, mode) },
+                // SAFETY: `p` is NUL-terminated.
+                |p| unsafe { libc::chmod(p.as_ptr(), mode) },
+            );
+            match r {
+                Err(e) => self.fail(shown, e),
+                Ok(()) => {
+                    let out = &mut self.out;
+                    Scrubbed::note(&mut out.setid_cleared, &mut out.count, shown.to_string());
+                }
+            }
+        }
+        is_dir.then_some(fd)
+    }
+}
+
+/// The opened object must be the one inspected: a swap in between is refused.
+fn same_object(fd: OwnedFd, st: &libc::stat) -> std::io::Result<OwnedFd> {
+    // SAFETY: zeroed stat is a valid out-value; `fd` is open.
+    let same = unsafe {
+        let mut now: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_raw_fd(), &mut now) == 0
+            && now.st_dev == st.st_dev
+            && now.st_ino == st.st_ino
+    };
+    if same {
+        Ok(fd)
+    } else {
+        Err(std::io::Error::other("changed while scrubbing"))
+    }
+}
+
+/// Applies a change through `fd`: a directory by the descriptor itself, anything else through
+/// its `/proc/self/fd` link (O_PATH descriptors take no fchmod/fchown; the link names exactly
+/// this inode, and chmod/chown through it cannot be redirected).
+fn through(
+    fd: &OwnedFd,
+    is_dir: bool,
+    by_fd: impl FnOnce(RawFd) -> libc::c_int,
+    by_path: impl FnOnce(&CStr) -> libc::c_int,
+) -> std::io::Result<()> {
+    let r = if is_dir {
+        by_fd(fd.as_raw_fd())
+    } else {
+        let via = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        cstring(via.as_os_str()).map(|p| by_path(&p)).unwrap_or(-1)
+    };
+    if r != 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// A workspace-relative path for the record (lossy UTF-8).
@@ -206,146 +376,6 @@ fn names(dir: &OwnedFd) -> std::io::Result<Vec<CString>> {
     let rd = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
     rd.map(|e| e.and_then(|e| cstring(&e.file_name())))
         .collect()
-}
-
-fn walk(
-    dir: &OwnedFd,
-    path: &[CString],
-    owner: Option<SessionUser>,
-    depth: usize,
-    out: &mut Scrubbed,
-    deferred: &mut Vec<Vec<CString>>,
-) {
-    let entries = match names(dir) {
-        Ok(n) => n,
-        Err(e) => {
-            let shown = show(path);
-            Scrubbed::note(&mut out.failed, &mut out.count, format!("{shown}/.: {e}"));
-            return;
-        }
-    };
-    for name in entries {
-        let mut child = path.to_vec();
-        child.push(name.clone());
-        let shown = show(&child);
-        let fail = |out: &mut Scrubbed, e: std::io::Error| {
-            Scrubbed::note(&mut out.failed, &mut out.count, format!("{shown}: {e}"));
-        };
-        let st = match fstatat(dir, &name) {
-            Ok(st) => st,
-            Err(e) => {
-                fail(out, e);
-                continue;
-            }
-        };
-        let kind = st.st_mode & libc::S_IFMT;
-        if matches!(
-            kind,
-            libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK
-        ) {
-            // SAFETY: `dir` is open and `name` NUL-terminated; unlinkat never follows a link.
-            if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
-                fail(out, std::io::Error::last_os_error());
-            } else {
-                Scrubbed::note(&mut out.special_removed, &mut out.count, shown);
-            }
-            continue;
-        }
-        if kind == libc::S_IFLNK {
-            if let Some(o) = owner {
-                // SAFETY: as above; AT_SYMLINK_NOFOLLOW re-owns the link itself.
-                let r = unsafe {
-                    libc::fchownat(
-                        dir.as_raw_fd(),
-                        name.as_ptr(),
-                        o.uid,
-                        o.gid,
-                        libc::AT_SYMLINK_NOFOLLOW,
-                    )
-                };
-                if r != 0 {
-                    fail(out, std::io::Error::last_os_error());
-                }
-            }
-            continue;
-        }
-        if kind != libc::S_IFDIR && kind != libc::S_IFREG {
-            continue;
-        }
-        let is_dir = kind == libc::S_IFDIR;
-        let flags = libc::O_NOFOLLOW
-            | libc::O_CLOEXEC
-            | libc::O_NONBLOCK
-            | if is_dir {
-                libc::O_RDONLY | libc::O_DIRECTORY
-            } else {
-                libc::O_PATH
-            };
-        // SAFETY: as above; the fd is owned below.
-        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
-        if fd < 0 {
-            fail(out, std::io::Error::last_os_error());
-            continue;
-        }
-        // SAFETY: just opened, owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // The opened object must be the one inspected: a swap in between is skipped.
-        // SAFETY: zeroed stat is a valid out-value; `fd` is open.
-        let same = unsafe {
-            let mut now: libc::stat = std::mem::zeroed();
-            libc::fstat(fd.as_raw_fd(), &mut now) == 0
-                && now.st_dev == st.st_dev
-                && now.st_ino == st.st_ino
-        };
-        if !same {
-            fail(out, std::io::Error::other("changed while scrubbing"));
-            continue;
-        }
-        // O_PATH descriptors take no fchmod/fchown; their /proc/self/fd link names exactly
-        // this inode, and chmod/chown through it cannot be redirected.
-        let via = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-        let setid = st.st_mode & (libc::S_ISUID | libc::S_ISGID);
-        if let Some(o) = owner {
-            let r = if is_dir {
-                // SAFETY: `fd` is open.
-                unsafe { libc::fchown(fd.as_raw_fd(), o.uid, o.gid) }
-            } else {
-                cstring(via.as_os_str())
-                    // SAFETY: `p` is NUL-terminated.
-                    .map(|p| unsafe { libc::chown(p.as_ptr(), o.uid, o.gid) })
-                    .unwrap_or(-1)
-            };
-            if r != 0 {
-                fail(out, std::io::Error::last_os_error());
-            }
-        }
-        // chown clears set-id bits of regular files by itself; clear them in any case.
-        if setid != 0 {
-            let mode = st.st_mode & 0o1777;
-            let r = if is_dir {
-                // SAFETY: `fd` is open.
-                unsafe { libc::fchmod(fd.as_raw_fd(), mode) }
-            } else {
-                cstring(via.as_os_str())
-                    // SAFETY: `p` is NUL-terminated.
-                    .map(|p| unsafe { libc::chmod(p.as_ptr(), mode) })
-                    .unwrap_or(-1)
-            };
-            if r != 0 {
-                fail(out, std::io::Error::last_os_error());
-            } else {
-                Scrubbed::note(&mut out.setid_cleared, &mut out.count, shown.clone());
-            }
-        }
-        if is_dir {
-            if depth + 1 >= MAX_DEPTH {
-                drop(fd);
-                deferred.push(child);
-            } else {
-                walk(&fd, &child, owner, depth + 1, out, deferred);
-            }
-        }
-    }
 }
 
 /// Makes a tree golem-orch itself just wrote (the input copy) readable by any uid: directories

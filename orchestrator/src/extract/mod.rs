@@ -14,16 +14,20 @@
 //! the archive declares about itself, and the raw number of bytes pulled from
 //! the stream is capped so that an endless stream is always cut off.
 
-use std::cell::Cell;
-use std::collections::HashMap;
-use std::fmt::Write as _;
+mod entry;
+mod names;
+mod stream;
+
 use std::fs;
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-use tar::{Archive, Entry, EntryType};
+use tar::Archive;
+
+use entry::Extractor;
+use names::validate_root_arg;
+pub use stream::{max_archive_bytes, max_entries};
+use stream::{read_trailer, stream_error, CountingReader, StreamState};
 
 /// How many rejected entries are kept with their name and reason.
 ///
@@ -56,17 +60,6 @@ pub const MAX_PATH_BYTES: usize = 512;
 /// are shallow.
 pub const MAX_DEPTH: usize = 16;
 
-/// Bytes shown of a hostile name or message in reports before truncation.
-const MAX_REPORTED_BYTES: usize = 2 * MAX_PATH_BYTES;
-
-/// Raw archive overhead allowed per entry: a header, plus a PAX or GNU
-/// long-name header and one block of its data.
-const ARCHIVE_BYTES_PER_ENTRY: u64 = 1536;
-
-/// Fixed slack on the raw archive byte cap (end-of-archive blocks, larger
-/// PAX records such as xattrs that Docker emits, padding).
-const ARCHIVE_BYTES_SLACK: u64 = 1 << 20;
-
 /// The entry type golem-worker's init gives an entry it could not archive (a file it could not
 /// open or read, a directory it could not list, a socket, a path too long to walk). It is one of
 /// the types POSIX leaves to implementations (`A`-`Z`) that no tar writer uses; the worker never
@@ -77,9 +70,6 @@ pub const INIT_REFUSAL_TYPE: u8 = b'Z';
 /// The PAX record that precedes an [`INIT_REFUSAL_TYPE`] entry and says why the init could not
 /// archive it (worker-image `init::REFUSAL_KEY`).
 pub const INIT_REFUSAL_KEY: &str = "GOLEM.refused";
-
-/// Copy buffer size.
-const COPY_BUF_BYTES: usize = 64 * 1024;
 
 /// Caps from the trust policy.
 ///
@@ -235,35 +225,6 @@ pub enum ExtractError {
     },
 }
 
-/// Zero padding accepted after the end-of-archive block (tar pads to its record size, 10 KiB
-/// for GNU tar); the stream is read to its end so its producer is never cut off mid-write.
-const MAX_TRAILING_PADDING: u64 = 64 << 10;
-
-/// Maximum number of archive entries of any kind.
-///
-/// Rejected entries (symlinks, FIFOs, bad names) and directories are cheap to
-/// emit and never count against `max_files`, so without this cap a worker
-/// could make the host parse and track entries indefinitely. Twice the file
-/// cap plus a fixed allowance leaves room for one directory per file.
-pub fn max_entries(limits: &Limits) -> u64 {
-    limits.max_files.saturating_mul(2).saturating_add(10_000)
-}
-
-/// Maximum number of raw bytes read from the tar stream.
-///
-/// Some input never surfaces as an entry the per-entry checks could see: data
-/// of rejected entries (skipped, not stored), padding, PAX/GNU extension
-/// headers, GNU sparse extension blocks, trailing garbage. This cap on the
-/// raw stream (accepted data + generous per-entry header overhead + 1 MiB)
-/// guarantees that an endless or enormous stream is cut off regardless. Note
-/// that bytes of rejected oversized files also consume this budget.
-pub fn max_archive_bytes(limits: &Limits) -> u64 {
-    limits
-        .max_total_bytes
-        .saturating_add(max_entries(limits).saturating_mul(ARCHIVE_BYTES_PER_ENTRY))
-        .saturating_add(ARCHIVE_BYTES_SLACK)
-}
-
 /// Extract the tar stream `reader` into the empty directory `dest`.
 ///
 /// `root` is the top directory the archive API puts first (e.g. `"output"`).
@@ -302,12 +263,7 @@ pub fn extract<R: Read>(
 
     let state = StreamState::default();
     let archive_cap = max_archive_bytes(limits);
-    let entry_cap = max_entries(limits);
-    let mut archive = Archive::new(CountingReader {
-        inner: reader,
-        cap: archive_cap,
-        state: &state,
-    });
+    let mut archive = Archive::new(CountingReader::new(reader, archive_cap, &state));
     // A zero block ends the archive; never skip over it looking for more
     // (that would let trailing data after the end marker be interpreted).
     archive.set_ignore_zeros(false);
@@ -317,34 +273,22 @@ pub fn extract<R: Read>(
         .entries()
         .map_err(|e| stream_error(&state, archive_cap, e))?;
 
-    let mut ex = Extractor {
-        root,
-        dest,
-        limits,
-        state: &state,
-        archive_cap,
-        seen: HashMap::new(),
-        out: Extraction::default(),
-        file_count: 0,
-    };
+    let mut ex = Extractor::new(root, dest, limits, &state, archive_cap);
+    let seen_root = ex.take_all(entries, max_entries(limits))?;
+    check_ended(&state, archive_cap, root, seen_root)?;
+    read_trailer(archive.into_inner(), &state, archive_cap)?;
+    Ok(ex.finish())
+}
 
-    let mut entry_count: u64 = 0;
-    let mut seen_root = false;
-    for item in entries {
-        let mut entry = item.map_err(|e| stream_error(&state, archive_cap, e))?;
-        entry_count = entry_count.saturating_add(1);
-        if entry_count > entry_cap {
-            return Err(ExtractError::EntryCountExceeded { limit: entry_cap });
-        }
-        if !seen_root {
-            check_root_entry(&entry, root)?;
-            seen_root = true;
-            continue;
-        }
-        ex.process(&mut entry)?;
-    }
-
-    if state.cap_exceeded.get() {
+/// After the last entry: the stream stayed within its cap, held the root, and ended with an
+/// end-of-archive block (a stream cut at an entry boundary must not look complete).
+fn check_ended(
+    state: &StreamState,
+    archive_cap: u64,
+    root: &str,
+    seen_root: bool,
+) -> Result<(), ExtractError> {
+    if state.cap_exceeded() {
         return Err(ExtractError::ArchiveBytesExceeded { limit: archive_cap });
     }
     if !seen_root {
@@ -355,142 +299,16 @@ pub fn extract<R: Read>(
     }
     // The tar crate never reads past what it needs, so reaching EOF of the
     // underlying stream means it ended without the zero end-of-archive block.
-    if state.eof.get() {
+    if state.eof() {
         return Err(ExtractError::Truncated(
             "the stream ended without an end-of-archive block".to_string(),
         ));
     }
-
-    // Read the stream to its end: a producer blocked on a full pipe must see its archive
-    // consumed, not refused, and anything after the end marker but zero padding is malformed.
-    let mut rest = archive.into_inner().take(MAX_TRAILING_PADDING + 1);
-    let mut buf = [0u8; 8192];
-    let mut padding: u64 = 0;
-    loop {
-        let n = rest
-            .read(&mut buf)
-            .map_err(|e| stream_error(&state, archive_cap, e))?;
-        if n == 0 {
-            break;
-        }
-        padding += n as u64;
-        if buf[..n].iter().any(|&b| b != 0) || padding > MAX_TRAILING_PADDING {
-            return Err(ExtractError::Malformed(
-                "data after the end-of-archive block".to_string(),
-            ));
-        }
-    }
-
-    let mut out = ex.out;
-    out.files.sort_by(|a, b| a.path.cmp(&b.path));
-    out.dirs.sort();
-    Ok(out)
+    Ok(())
 }
 
-// ---------------------------------------------------------------------------
-// Raw stream accounting
-// ---------------------------------------------------------------------------
-
-/// Shared between the counting reader (owned by the tar crate) and the
-/// extraction loop, so errors coming back through the tar crate can be
-/// attributed to the right cause.
-#[derive(Default)]
-struct StreamState {
-    consumed: Cell<u64>,
-    cap_exceeded: Cell<bool>,
-    inner_failed: Cell<bool>,
-    eof: Cell<bool>,
-}
-
-/// Counts every byte pulled from the underlying stream and fails once more
-/// than `cap` bytes have been read.
-struct CountingReader<'s, R> {
-    inner: R,
-    cap: u64,
-    state: &'s StreamState,
-}
-
-fn cap_error() -> io::Error {
-    io::Error::other("archive byte cap exceeded")
-}
-
-impl<R: Read> Read for CountingReader<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.state.cap_exceeded.get() {
-            return Err(cap_error());
-        }
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let consumed = self.state.consumed.get();
-        // Allow reading one byte past the cap: a stream of exactly `cap`
-        // bytes is fine, one more byte is detected as "too much".
-        let allowed = self.cap.saturating_add(1).saturating_sub(consumed);
-        let want = usize::try_from(allowed).map_or(buf.len(), |a| a.min(buf.len()));
-        let n = loop {
-            match self.inner.read(&mut buf[..want]) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.state.inner_failed.set(true);
-                    return Err(e);
-                }
-            }
-        };
-        if n == 0 {
-            self.state.eof.set(true);
-            return Ok(0);
-        }
-        // Defensive against a reader that misreports its count.
-        let n = n.min(want);
-        let total = consumed.saturating_add(n as u64);
-        self.state.consumed.set(total);
-        if total > self.cap {
-            self.state.cap_exceeded.set(true);
-            return Err(cap_error());
-        }
-        Ok(n)
-    }
-}
-
-/// Classify an error that came out of the tar crate or an entry read.
-fn stream_error(state: &StreamState, archive_cap: u64, e: io::Error) -> ExtractError {
-    if state.cap_exceeded.get() {
-        ExtractError::ArchiveBytesExceeded { limit: archive_cap }
-    } else if state.inner_failed.get() {
-        ExtractError::Io {
-            context: "reading the archive stream".to_string(),
-            source: e,
-        }
-    } else if state.eof.get() {
-        ExtractError::Truncated(escape_for_report(e.to_string().as_bytes()))
-    } else {
-        // The tar crate's messages may quote header names: escape them.
-        ExtractError::Malformed(escape_for_report(e.to_string().as_bytes()))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Argument checks
-// ---------------------------------------------------------------------------
-
-fn validate_root_arg(root: &str) -> Result<(), ExtractError> {
-    let ok = !root.is_empty()
-        && root != "."
-        && root != ".."
-        && root.len() <= MAX_COMPONENT_BYTES
-        && !root.contains('/')
-        && !root.contains('\\')
-        && !root.chars().any(is_forbidden_char);
-    if ok {
-        Ok(())
-    } else {
-        Err(ExtractError::InvalidRoot(escape_for_report(
-            root.as_bytes(),
-        )))
-    }
-}
-
+/// The destination must be an existing, empty, real directory (see
+/// [`ExtractError::InvalidDestination`]).
 fn check_destination(dest: &Path) -> Result<(), ExtractError> {
     let meta = fs::symlink_metadata(dest).map_err(|e| ExtractError::Io {
         context: format!("inspecting destination {dest:?}"),
@@ -515,555 +333,16 @@ fn check_destination(dest: &Path) -> Result<(), ExtractError> {
     Ok(())
 }
 
-fn check_root_entry<R: Read>(entry: &Entry<'_, R>, root: &str) -> Result<(), ExtractError> {
-    let raw = entry.path_bytes();
-    let et = entry.header().entry_type();
-    let is_root_name = matches!(parse_name(&raw, root), Ok(p) if p.rel.is_empty());
-    if is_root_name && et.is_dir() {
-        return Ok(());
-    }
-    let kind = if et.is_file() || et.is_contiguous() {
-        "regular file".to_string()
-    } else if et.is_dir() {
-        "directory".to_string()
-    } else {
-        describe_unsupported(entry)
-    };
-    Err(ExtractError::UnexpectedRoot {
-        expected: root.to_string(),
-        found: format!("{} ({kind})", escape_for_report(&raw)),
-    })
-}
-
-// ---------------------------------------------------------------------------
-// Name validation
-// ---------------------------------------------------------------------------
-
-/// Characters never accepted in a name: the one shared set, `golem_protocol::chars` (C0/C1
-/// controls incl. NUL, `\n`, `\r`, `\t`, DEL; bidi overrides, isolates and marks; line and
-/// paragraph separators; zero-width, format and other default-ignorable characters such as tag
-/// characters U+E0000–U+E007F and the Hangul filler U+3164; noncharacters). Invisible ones would
-/// make a name look like another (`.g\u{200c}it` aliases `.git` on HFS+, which ignores them).
-fn is_forbidden_char(c: char) -> bool {
-    golem_protocol::chars::is_dangerous(c)
-}
-
-/// Escape hostile bytes for inclusion in reports and error messages.
-fn escape_for_report(bytes: &[u8]) -> String {
-    let lossy = String::from_utf8_lossy(bytes);
-    let mut out = String::new();
-    for c in lossy.chars() {
-        if out.len() >= MAX_REPORTED_BYTES {
-            out.push_str("...[truncated]");
-            break;
-        }
-        if c == '\\' {
-            out.push_str("\\\\");
-        } else if is_forbidden_char(c) {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// A validated name: components below the root.
-struct ParsedName {
-    rel: Vec<String>,
-    trailing_slash: bool,
-}
-
-/// Is this component something git (on any platform) would treat as `.git`?
-/// Covers case variants, Windows trailing dots/spaces, NTFS alternate data
-/// streams (`.git::$INDEX_ALLOCATION`) and the 8.3 short name `git~1`.
-fn is_git_component(comp: &str) -> bool {
-    let lower = comp.to_lowercase();
-    let base = lower.split(':').next().unwrap_or("");
-    let base = base.trim_end_matches(['.', ' ']);
-    base == ".git" || base == "git~1"
-}
-
-fn parse_name(raw: &[u8], root: &str) -> Result<ParsedName, String> {
-    if raw.len() > MAX_PATH_BYTES {
-        return Err(format!(
-            "path too long: {} bytes > {MAX_PATH_BYTES}",
-            raw.len()
-        ));
-    }
-    if raw.is_empty() {
-        return Err("empty name".to_string());
-    }
-    let name = std::str::from_utf8(raw).map_err(|_| "name is not valid UTF-8".to_string())?;
-    for c in name.chars() {
-        if c == '\0' {
-            return Err("NUL byte in name".to_string());
-        }
-        if golem_protocol::chars::is_control(c) {
-            return Err(format!("control character U+{:04X} in name", c as u32));
-        }
-        if is_forbidden_char(c) {
-            return Err(format!(
-                "bidi or invisible formatting character U+{:04X} in name",
-                c as u32
-            ));
-        }
-        if c == '\\' {
-            return Err("backslash in name".to_string());
-        }
-    }
-    if name.starts_with('/') {
-        return Err("absolute path".to_string());
-    }
-    let name = name.strip_prefix("./").unwrap_or(name);
-    let (name, trailing_slash) = match name.strip_suffix('/') {
-        Some(n) => (n, true),
-        None => (name, false),
-    };
-    let mut comps = name.split('/');
-    let first = comps.next().unwrap_or("");
-    let mut rel = Vec::new();
-    for comp in std::iter::once(first).chain(comps.by_ref()) {
-        if comp.is_empty() {
-            return Err("empty path component".to_string());
-        }
-        if comp == "." {
-            return Err("'.' path component".to_string());
-        }
-        if comp == ".." {
-            return Err("'..' path component (path traversal)".to_string());
-        }
-        if comp.len() > MAX_COMPONENT_BYTES {
-            return Err(format!(
-                "path component too long: {} bytes > {MAX_COMPONENT_BYTES}",
-                comp.len()
-            ));
-        }
-        if is_git_component(comp) {
-            return Err("'.git' path component".to_string());
-        }
-        rel.push(comp);
-    }
-    if first != root {
-        return Err(format!("outside root directory {root:?}"));
-    }
-    let rel: Vec<String> = rel.into_iter().skip(1).map(str::to_string).collect();
-    if rel.len() > MAX_DEPTH {
-        return Err(format!(
-            "path too deep: {} components below root > {MAX_DEPTH}",
-            rel.len()
-        ));
-    }
-    Ok(ParsedName {
-        rel,
-        trailing_slash,
-    })
-}
-
-/// Reason text for entry types that are never extracted.
-/// Why the init could not archive an entry, from its [`INIT_REFUSAL_KEY`] PAX record, escaped
-/// (the init quotes the kernel's error, but the record is read as hostile like everything else).
-fn init_refusal_reason<R: Read>(entry: &mut Entry<'_, R>) -> String {
-    let why = entry.pax_extensions().ok().flatten().and_then(|records| {
-        records
-            .filter_map(Result::ok)
-            .find(|r| r.key_bytes() == INIT_REFUSAL_KEY.as_bytes())
-            .map(|r| escape_for_report(r.value_bytes()))
-    });
-    match why {
-        Some(why) => format!("not archived by the init: {why}"),
-        None => "not archived by the init".to_string(),
-    }
-}
-
-fn describe_unsupported<R: Read>(entry: &Entry<'_, R>) -> String {
-    let et = entry.header().entry_type();
-    let target = || match entry.link_name_bytes() {
-        Some(t) => escape_for_report(&t),
-        None => "<none>".to_string(),
-    };
-    match et {
-        EntryType::Symlink => format!("symlink to {}", target()),
-        EntryType::Link => format!("hard link to {}", target()),
-        EntryType::Char => "character device".to_string(),
-        EntryType::Block => "block device".to_string(),
-        EntryType::Fifo => "fifo".to_string(),
-        EntryType::GNUSparse => "gnu sparse file".to_string(),
-        EntryType::XGlobalHeader
-        | EntryType::XHeader
-        | EntryType::GNULongName
-        | EntryType::GNULongLink => {
-            format!("unsupported extension header type 0x{:02x}", et.as_byte())
-        }
-        other => format!("socket or unknown type 0x{:02x}", other.as_byte()),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Per-entry processing
-// ---------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    File,
-    Dir,
-    /// Created by us as a missing parent; a later explicit directory entry
-    /// for it is not a duplicate.
-    ImplicitDir,
-    /// A valid name whose entry was rejected: nothing may be placed at or
-    /// below it afterwards.
-    Rejected,
-}
-
-struct Seen {
-    /// Original-case relative path.
-    path: String,
-    kind: Kind,
-}
-
-struct Extractor<'a> {
-    root: &'a str,
-    dest: &'a Path,
-    limits: &'a Limits,
-    state: &'a StreamState,
-    archive_cap: u64,
-    /// Keyed by lower-cased relative path, so names that collide on
-    /// case-insensitive filesystems are detected.
-    seen: HashMap<String, Seen>,
-    out: Extraction,
-    file_count: u64,
-}
-
-impl Extractor<'_> {
-    fn reject(&mut self, shown: String, reason: String) {
-        if self.out.rejected.len() < MAX_REJECTED_RECORDED {
-            self.out.rejected.push(Rejected {
-                path: shown,
-                reason,
-            });
-        } else {
-            self.out.rejected_omitted = self.out.rejected_omitted.saturating_add(1);
-        }
-    }
-
-    /// Reject an entry with a valid name and poison its path, so that a
-    /// later entry cannot be placed at or below it (e.g. `link/x` after a
-    /// rejected symlink `link`).
-    fn reject_path(&mut self, shown: String, rel: &str, reason: String) {
-        self.seen.entry(rel.to_lowercase()).or_insert_with(|| Seen {
-            path: rel.to_string(),
-            kind: Kind::Rejected,
-        });
-        self.reject(shown, reason);
-    }
-
-    fn display(&self, rel: &str) -> String {
-        format!("{}/{rel}", self.root)
-    }
-
-    /// Check every ancestor of `rel`; return the ones that must be created.
-    fn check_ancestors(&self, rel: &[String]) -> Result<Vec<String>, String> {
-        let mut missing = Vec::new();
-        for i in 1..rel.len() {
-            let prefix = rel[..i].join("/");
-            match self.seen.get(&prefix.to_lowercase()) {
-                None => missing.push(prefix),
-                Some(s) if s.path != prefix => {
-                    return Err(format!(
-                        "parent collides case-insensitively with {}",
-                        self.display(&s.path)
-                    ))
-                }
-                Some(s) => match s.kind {
-                    Kind::File => {
-                        return Err(format!("parent {} is a file", self.display(&s.path)))
-                    }
-                    Kind::Rejected => {
-                        return Err(format!("parent {} was rejected", self.display(&s.path)))
-                    }
-                    Kind::Dir | Kind::ImplicitDir => {}
-                },
-            }
-        }
-        Ok(missing)
-    }
-
-    /// Check the entry's own path. `Ok(true)` means it is an already created
-    /// implicit directory and a directory entry just confirms it.
-    fn check_self(&self, rel: &str, is_dir: bool) -> Result<bool, String> {
-        let Some(s) = self.seen.get(&rel.to_lowercase()) else {
-            return Ok(false);
-        };
-        if s.path != rel {
-            return Err(format!(
-                "case-insensitive duplicate of {}",
-                self.display(&s.path)
-            ));
-        }
-        match (s.kind, is_dir) {
-            (Kind::ImplicitDir, true) => Ok(true),
-            (Kind::File, true) => Err("directory entry at a path that is a file".to_string()),
-            (Kind::Dir | Kind::ImplicitDir, false) => {
-                Err("duplicate path: file entry at a path that is a directory".to_string())
-            }
-            (Kind::Rejected, _) => Err("duplicate path (earlier entry was rejected)".to_string()),
-            _ => Err("duplicate path".to_string()),
-        }
-    }
-
-    fn process<R: Read>(&mut self, entry: &mut Entry<'_, R>) -> Result<(), ExtractError> {
-        let raw = entry.path_bytes().into_owned();
-        let shown = escape_for_report(&raw);
-        let et = entry.header().entry_type();
-
-        // Something in the output the init could not archive: a loss the worker caused (a
-        // mode-000 file, a starved descriptor limit), listed so it is never a silent one.
-        if et.as_byte() == INIT_REFUSAL_TYPE {
-            let reason = init_refusal_reason(entry);
-            self.reject(shown, reason);
-            return Ok(());
-        }
-
-        let parsed = match parse_name(&raw, self.root) {
-            Ok(p) => p,
-            Err(reason) => {
-                self.reject(shown, reason);
-                return Ok(());
-            }
-        };
-        if parsed.rel.is_empty() {
-            self.reject(shown, "duplicate path (second root entry)".to_string());
-            return Ok(());
-        }
-        let rel = parsed.rel.join("/");
-
-        if et.is_dir() {
-            self.process_dir(shown, &parsed.rel, &rel)
-        } else if et.is_file() || et.is_contiguous() {
-            if parsed.trailing_slash {
-                let reason = "trailing slash on non-directory entry".to_string();
-                self.reject_path(shown, &rel, reason);
-                return Ok(());
-            }
-            self.process_file(entry, shown, &parsed.rel, &rel)
-        } else {
-            let reason = describe_unsupported(entry);
-            self.reject_path(shown, &rel, reason);
-            Ok(())
-        }
-    }
-
-    fn process_dir(
-        &mut self,
-        shown: String,
-        comps: &[String],
-        rel: &str,
-    ) -> Result<(), ExtractError> {
-        let missing = match self.check_ancestors(comps) {
-            Ok(m) => m,
-            Err(reason) => {
-                self.reject_path(shown, rel, reason);
-                return Ok(());
-            }
-        };
-        match self.check_self(rel, true) {
-            Ok(true) => {
-                if let Some(s) = self.seen.get_mut(&rel.to_lowercase()) {
-                    s.kind = Kind::Dir;
-                }
-                return Ok(());
-            }
-            Ok(false) => {}
-            Err(reason) => {
-                self.reject_path(shown, rel, reason);
-                return Ok(());
-            }
-        }
-        for m in missing {
-            self.create_dir(&m, Kind::ImplicitDir)?;
-        }
-        self.create_dir(rel, Kind::Dir)
-    }
-
-    fn process_file<R: Read>(
-        &mut self,
-        entry: &mut Entry<'_, R>,
-        shown: String,
-        comps: &[String],
-        rel: &str,
-    ) -> Result<(), ExtractError> {
-        let mode = match entry.header().mode() {
-            Ok(m) => m,
-            Err(_) => {
-                self.reject_path(shown, rel, "unreadable mode field".to_string());
-                return Ok(());
-            }
-        };
-        if mode & 0o4000 != 0 {
-            self.reject_path(shown, rel, "setuid bit".to_string());
-            return Ok(());
-        }
-        if mode & 0o2000 != 0 {
-            self.reject_path(shown, rel, "setgid bit".to_string());
-            return Ok(());
-        }
-        let max_file = self.limits.max_file_bytes;
-        // `Entry::size` is the size the tar crate will deliver (PAX `size`
-        // overrides the header), i.e. the bytes the archive itself spends.
-        let declared = entry.size();
-        if declared > max_file {
-            let reason = format!("file too large: {declared} bytes > cap {max_file}");
-            self.reject_path(shown, rel, reason);
-            return Ok(());
-        }
-        let missing = match self.check_ancestors(comps) {
-            Ok(m) => m,
-            Err(reason) => {
-                self.reject_path(shown, rel, reason);
-                return Ok(());
-            }
-        };
-        if let Err(reason) = self.check_self(rel, false) {
-            self.reject_path(shown, rel, reason);
-            return Ok(());
-        }
-        if self.file_count.saturating_add(1) > self.limits.max_files {
-            return Err(ExtractError::FileCountExceeded {
-                limit: self.limits.max_files,
-            });
-        }
-        // The declared size is exactly what the tar crate will hand us (or
-        // the stream is truncated), so refuse early instead of writing it;
-        // the streaming check below remains the authoritative one.
-        if self.out.total_bytes.saturating_add(declared) > self.limits.max_total_bytes {
-            return Err(ExtractError::TotalBytesExceeded {
-                limit: self.limits.max_total_bytes,
-            });
-        }
-
-        for m in missing {
-            self.create_dir(&m, Kind::ImplicitDir)?;
-        }
-
-        let path = self.dest.join(rel);
-        let io_err = |what: &str, e: io::Error| ExtractError::Io {
-            context: format!("{what} file {rel:?}"),
-            source: e,
-        };
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| io_err("creating", e))?;
-        // The umask may have stripped bits; force exactly 0644 via the fd.
-        file.set_permissions(fs::Permissions::from_mode(0o644))
-            .map_err(|e| io_err("setting mode of", e))?;
-
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; COPY_BUF_BYTES];
-        let mut written: u64 = 0;
-        let mut over_cap = false;
-        // Never trust the entry reader to stop at the cap: read at most one
-        // byte more than allowed.
-        let mut limited = (&mut *entry).take(max_file.saturating_add(1));
-        loop {
-            let n = match limited.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(stream_error(self.state, self.archive_cap, e)),
-            };
-            written = written.saturating_add(n as u64);
-            if written > max_file {
-                over_cap = true;
-                break;
-            }
-            if self.out.total_bytes.saturating_add(written) > self.limits.max_total_bytes {
-                return Err(ExtractError::TotalBytesExceeded {
-                    limit: self.limits.max_total_bytes,
-                });
-            }
-            let chunk = buf.get(..n).unwrap_or(&[]);
-            hasher.update(chunk);
-            file.write_all(chunk).map_err(|e| io_err("writing", e))?;
-        }
-        drop(file);
-
-        if over_cap {
-            fs::remove_file(&path).map_err(|e| io_err("removing oversized", e))?;
-            let reason = format!("file too large: more than {max_file} bytes > cap {max_file}");
-            self.reject_path(shown, rel, reason);
-            return Ok(());
-        }
-        if written != declared {
-            return Err(ExtractError::Truncated(format!(
-                "inside the data of {shown}: {written} of {declared} bytes"
-            )));
-        }
-
-        self.file_count += 1;
-        self.out.total_bytes = self.out.total_bytes.saturating_add(written);
-        self.seen.insert(
-            rel.to_lowercase(),
-            Seen {
-                path: rel.to_string(),
-                kind: Kind::File,
-            },
-        );
-        self.out.files.push(ExtractedFile {
-            path: rel.to_string(),
-            size: written,
-            sha256: hex::encode(hasher.finalize()),
-        });
-        Ok(())
-    }
-
-    /// Create one directory (its parent already exists) with mode 0755.
-    fn create_dir(&mut self, rel: &str, kind: Kind) -> Result<(), ExtractError> {
-        let path = self.dest.join(rel);
-        let io_err = |what: &str, e: io::Error| ExtractError::Io {
-            context: format!("{what} directory {rel:?}"),
-            source: e,
-        };
-        // mkdir never follows a symlink at the final component; an existing
-        // entry (which should be impossible in our private, initially empty
-        // stage) is an error, not something to reuse.
-        fs::DirBuilder::new()
-            .mode(0o755)
-            .create(&path)
-            .map_err(|e| io_err("creating", e))?;
-        // Force exactly 0755 regardless of umask, through a no-follow fd.
-        fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
-            .open(&path)
-            .and_then(|d| d.set_permissions(fs::Permissions::from_mode(0o755)))
-            .map_err(|e| io_err("setting mode of", e))?;
-        self.seen.insert(
-            rel.to_lowercase(),
-            Seen {
-                path: rel.to_string(),
-                kind,
-            },
-        );
-        self.out.dirs.push(rel.to_string());
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Tests
-// ---------------------------------------------------------------------------
-
 #[cfg(test)]
 mod tests {
+    use super::names::{is_forbidden_char, MAX_REPORTED_BYTES};
     use super::*;
     use proptest::prelude::*;
+    use sha2::{Digest, Sha256};
     use std::cell::Cell as TCell;
+    use std::os::unix::fs::PermissionsExt;
     use std::rc::Rc;
-    use tar::Header;
+    use tar::{EntryType, Header};
 
     const LIM: Limits = Limits {
         max_files: 100,

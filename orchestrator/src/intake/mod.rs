@@ -12,21 +12,23 @@
 //! and directories are walked by fd. A file swapped for a link after listing is refused, never
 //! followed. Downloads resolve and check every hop's address (see [`crate::urlcheck`]).
 
-use std::ffi::{OsStr, OsString};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+mod copy;
+mod download;
+mod names;
+mod open;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use rustix::fs::{FileType, Mode, OFlags, Stat};
-use rustix::io::Errno;
+use rustix::fs::{FileType, Stat};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::urlcheck;
+use copy::{copy_dir, copy_file, Budget};
+use download::download;
+pub use names::{check_components, safe_name, shown};
+use names::{checked_name, unique, url_name};
+pub use open::{list_dir, list_files, open_listed, open_named};
 
 /// What was taken in, as recorded in the session and the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,11 +199,6 @@ pub enum IntakeError {
 /// Deepest directory nesting intake follows (each level holds one open fd).
 pub const MAX_DEPTH: usize = 128;
 
-/// A path as an inert one-line string, through the one rendering gate.
-pub fn shown(path: &Path) -> String {
-    crate::render::path(path)
-}
-
 /// Classifies the arguments without touching the network, so bad input fails before a session exists.
 pub fn classify(args: &[String]) -> Result<Vec<Source>, IntakeError> {
     args.iter().map(|a| classify_one(a)).collect()
@@ -211,9 +208,7 @@ fn classify_one(arg: &str) -> Result<Source, IntakeError> {
     if let Some((scheme, _)) = arg.split_once("://") {
         let bad = || IntakeError::BadUrl(shown(Path::new(arg)));
         let url = reqwest::Url::parse(arg).map_err(|_| bad())?;
-        if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https")
-            || url.host_str().is_none()
-        {
+        if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") || !fetchable(&url) {
             return Err(bad());
         }
         return Ok(Source::Url(url));
@@ -230,6 +225,12 @@ fn classify_one(arg: &str) -> Result<Source, IntakeError> {
     }
 }
 
+/// Whether intake can fetch `url` at all: http or https, with a host. The same rule holds for
+/// every redirect.
+fn fetchable(url: &reqwest::Url) -> bool {
+    matches!(url.scheme(), "http" | "https") && url.host_str().is_some()
+}
+
 /// A short description for dry runs and audit records.
 pub fn describe(source: &Source) -> String {
     match source {
@@ -239,94 +240,8 @@ pub fn describe(source: &Source) -> String {
     }
 }
 
-fn listed_path(root: &Path, rel: &[String]) -> PathBuf {
+pub(super) fn listed_path(root: &Path, rel: &[String]) -> PathBuf {
     rel.iter().fold(root.to_path_buf(), |p, c| p.join(c))
-}
-
-/// Checks every normal component of `path` (not only the last one).
-pub fn check_components(path: &Path) -> Result<(), IntakeError> {
-    for c in path.components() {
-        if let Component::Normal(name) = c {
-            check_name_text(name, path)?;
-        }
-    }
-    Ok(())
-}
-
-/// Opens the input a person named: its ancestors are resolved as the person's path (links
-/// there are theirs), its last component is opened no-follow. Returns the fd and its `fstat`.
-pub fn open_named(path: &Path) -> Result<(OwnedFd, Stat), IntakeError> {
-    match path.file_name() {
-        Some(last) => {
-            let parent = match path.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            let dir = rustix::fs::openat(
-                rustix::fs::CWD,
-                parent,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| open_error(e, path))?;
-            open_child(&dir, last, path)
-        }
-        // `/`, `.` or `..`: a directory by definition, named as the person's own path.
-        None => {
-            let fd = rustix::fs::openat(
-                rustix::fs::CWD,
-                path,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| open_error(e, path))?;
-            let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path)(e.into()))?;
-            Ok((fd, st))
-        }
-    }
-}
-
-/// Opens `name` inside the directory `dir` without following a link, without blocking on a
-/// FIFO and without taking a terminal, and `fstat`s the open fd.
-fn open_child(dir: impl AsFd, name: &OsStr, path: &Path) -> Result<(OwnedFd, Stat), IntakeError> {
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| open_error(e, path))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path)(e.into()))?;
-    Ok((fd, st))
-}
-
-fn open_error(e: Errno, path: &Path) -> IntakeError {
-    match e {
-        Errno::LOOP => IntakeError::Symlink(shown(path)),
-        Errno::NOENT => IntakeError::NotFound(shown(path)),
-        Errno::NXIO | Errno::OPNOTSUPP => IntakeError::NotAFile(shown(path)),
-        other => io_err(path)(other.into()),
-    }
-}
-
-/// What is left of the session's input cap.
-struct Budget {
-    cap: u64,
-    left: u64,
-}
-
-impl Budget {
-    /// Takes `n` bytes (apparent size) out of the budget, or refuses `path`.
-    fn take(&mut self, n: u64, path: &Path) -> Result<(), IntakeError> {
-        if n > self.left {
-            return Err(IntakeError::OverCap {
-                path: shown(path),
-                limit: self.cap,
-            });
-        }
-        self.left -= n;
-        Ok(())
-    }
 }
 
 /// Takes every source into `dest` (an existing empty directory) and returns what was taken, in order.
@@ -335,229 +250,115 @@ pub async fn intake(
     dest: &Path,
     limits: &IntakeLimits,
 ) -> Result<Vec<InputRecord>, IntakeError> {
-    let mut records = Vec::new();
-    let mut used: Vec<String> = Vec::new();
-    let budget = Arc::new(std::sync::Mutex::new(Budget {
-        cap: limits.max_total_bytes,
-        left: limits.max_total_bytes,
-    }));
+    let mut run = Intake {
+        dest,
+        limits,
+        records: Vec::new(),
+        used: Vec::new(),
+        budget: Arc::new(std::sync::Mutex::new(Budget::new(limits.max_total_bytes))),
+    };
     for source in sources {
         match source {
             Source::File(path) | Source::Listed { root: path, .. } => {
-                let (rel, expect) = match source {
-                    Source::Listed { rel, id, .. } => (rel.clone(), Some(*id)),
-                    _ => (Vec::new(), None),
-                };
-                let full = listed_path(path, &rel);
-                check_components(&full)?;
-                let name = unique(&mut used, checked_name(&full)?);
-                let (root, dst, budget) = (path.clone(), dest.join(&name), budget.clone());
-                let (size, sha256) = blocking(move || {
-                    let (fd, st) = open_listed(&root, &rel, expect)?;
-                    let mut budget = lock(&budget);
-                    copy_file(fd, &st, &full, &dst, &mut budget)
-                })
-                .await?;
-                records.push(InputRecord {
-                    source: describe(source),
-                    name,
-                    size,
-                    sha256,
-                    hops: Vec::new(),
-                    final_url: None,
-                });
+                run.file(source, path).await?
             }
-            Source::Dir(path) => {
-                check_components(path)?;
-                let name = unique(&mut used, checked_name(path)?);
-                let (src, dst, max, budget) = (
-                    path.clone(),
-                    dest.join(&name),
-                    limits.max_files.saturating_sub(records.len()),
-                    budget.clone(),
-                );
-                let found = blocking(move || {
-                    let (fd, st) = open_named(&src)?;
-                    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-                        return Err(IntakeError::NotAFile(shown(&src)));
-                    }
-                    let mut budget = lock(&budget);
-                    let mut walk = Walk {
-                        out: Vec::new(),
-                        max_files: max,
-                        budget: &mut budget,
-                    };
-                    walk.dir(fd, &src, &dst, String::new(), 0)?;
-                    let mut out = walk.out;
-                    out.sort();
-                    Ok(out)
-                })
-                .await?;
-                for (rel, size, sha256) in found {
-                    records.push(InputRecord {
-                        source: path.join(&rel).display().to_string(),
-                        name: format!("{name}/{rel}"),
-                        size,
-                        sha256,
-                        hops: Vec::new(),
-                        final_url: None,
-                    });
-                }
-            }
-            Source::Url(url) => {
-                let name = unique(&mut used, url_name(url));
-                let left = lock(&budget).left;
-                let fetched = download(url, &dest.join(&name), limits, left).await?;
-                lock(&budget).left -= fetched.size.min(left);
-                records.push(InputRecord {
-                    source: url.to_string(),
-                    name,
-                    size: fetched.size,
-                    sha256: fetched.sha256,
-                    hops: fetched.hops,
-                    final_url: Some(fetched.final_url),
-                });
-            }
+            Source::Dir(path) => run.dir(path).await?,
+            Source::Url(url) => run.url(url).await?,
         }
-        if records.len() > limits.max_files {
+        if run.records.len() > limits.max_files {
             return Err(IntakeError::TooMany(limits.max_files));
         }
     }
-    Ok(records)
+    Ok(run.records)
+}
+
+/// One intake in progress: what was taken so far, the names used under `dest`, and what is
+/// left of the input cap (shared with the blocking copies).
+struct Intake<'a> {
+    dest: &'a Path,
+    limits: &'a IntakeLimits,
+    records: Vec<InputRecord>,
+    used: Vec<String>,
+    budget: Arc<std::sync::Mutex<Budget>>,
+}
+
+impl Intake<'_> {
+    /// A file the person named, or one a batch listed (re-opened and compared with the listing).
+    async fn file(&mut self, source: &Source, path: &Path) -> Result<(), IntakeError> {
+        let (rel, expect) = match source {
+            Source::Listed { rel, id, .. } => (rel.clone(), Some(*id)),
+            _ => (Vec::new(), None),
+        };
+        let full = listed_path(path, &rel);
+        check_components(&full)?;
+        let name = unique(&mut self.used, checked_name(&full)?);
+        let (root, dst, budget) = (
+            path.to_path_buf(),
+            self.dest.join(&name),
+            self.budget.clone(),
+        );
+        let (size, sha256) = blocking(move || {
+            let (fd, st) = open_listed(&root, &rel, expect)?;
+            let mut budget = lock(&budget);
+            copy_file(fd, &st, &full, &dst, &mut budget)
+        })
+        .await?;
+        self.records.push(InputRecord {
+            source: describe(source),
+            name,
+            size,
+            sha256,
+            hops: Vec::new(),
+            final_url: None,
+        });
+        Ok(())
+    }
+
+    /// A directory, walked by fd; its files count against the session's file cap.
+    async fn dir(&mut self, path: &Path) -> Result<(), IntakeError> {
+        check_components(path)?;
+        let name = unique(&mut self.used, checked_name(path)?);
+        let (src, dst, max, budget) = (
+            path.to_path_buf(),
+            self.dest.join(&name),
+            self.limits.max_files.saturating_sub(self.records.len()),
+            self.budget.clone(),
+        );
+        let found = blocking(move || copy_dir(&src, &dst, max, &mut lock(&budget))).await?;
+        for (rel, size, sha256) in found {
+            self.records.push(InputRecord {
+                source: path.join(&rel).display().to_string(),
+                name: format!("{name}/{rel}"),
+                size,
+                sha256,
+                hops: Vec::new(),
+                final_url: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// A URL, downloaded within what is left of the input cap.
+    async fn url(&mut self, url: &reqwest::Url) -> Result<(), IntakeError> {
+        let name = unique(&mut self.used, url_name(url));
+        let left = lock(&self.budget).left();
+        let fetched = download(url, &self.dest.join(&name), self.limits, left).await?;
+        lock(&self.budget).spend(fetched.size.min(left));
+        self.records.push(InputRecord {
+            source: url.to_string(),
+            name,
+            size: fetched.size,
+            sha256: fetched.sha256,
+            hops: fetched.hops,
+            final_url: Some(fetched.final_url),
+        });
+        Ok(())
+    }
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A poisoned lock means a panic in another copy; the count is still the best we have.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Lists the regular files under the directory `root` for a batch, by fd and no-follow:
-/// links and special files are skipped (intake would refuse them), every name is checked.
-/// Returns each file's components below `root` and its identity, sorted.
-pub fn list_files(root: &Path) -> Result<Vec<(Vec<String>, FileId)>, IntakeError> {
-    fn walk(
-        fd: &OwnedFd,
-        path: &Path,
-        rel: &mut Vec<String>,
-        out: &mut Vec<(Vec<String>, FileId)>,
-    ) -> Result<(), IntakeError> {
-        if rel.len() > MAX_DEPTH {
-            return Err(IntakeError::TooDeep(shown(path)));
-        }
-        for name in list_dir(fd, path)? {
-            let child = path.join(&name);
-            let name = check_name_text(&name, &child)?;
-            let (fd, st) = match open_child(fd, OsStr::new(&name), &child) {
-                Ok(x) => x,
-                Err(IntakeError::Symlink(_) | IntakeError::NotAFile(_)) => continue,
-                Err(e) => return Err(e),
-            };
-            rel.push(name);
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::Directory => walk(&fd, &child, rel, out)?,
-                FileType::RegularFile => out.push((rel.clone(), FileId::of(&st))),
-                _ => {}
-            }
-            rel.pop();
-        }
-        Ok(())
-    }
-    check_components(root)?;
-    let (fd, st) = open_named(root)?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-        return Err(IntakeError::NotAFile(shown(root)));
-    }
-    let mut out = Vec::new();
-    walk(&fd, root, &mut Vec::new(), &mut out)?;
-    out.sort();
-    Ok(out)
-}
-
-/// Opens a listed file again: the root as the person named it, then each component below it
-/// no-follow, and checks it is a regular file and (when `expect` is given) the one listed.
-pub fn open_listed(
-    root: &Path,
-    rel: &[String],
-    expect: Option<FileId>,
-) -> Result<(OwnedFd, Stat), IntakeError> {
-    let full = listed_path(root, rel);
-    let (mut fd, mut st) = open_named(root)?;
-    for comp in rel {
-        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
-            return Err(IntakeError::Replaced(shown(&full)));
-        }
-        (fd, st) = open_child(&fd, OsStr::new(comp), &full)?;
-    }
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(IntakeError::NotAFile(shown(&full)));
-    }
-    if expect.is_some_and(|id| id != FileId::of(&st)) {
-        return Err(IntakeError::Replaced(shown(&full)));
-    }
-    Ok((fd, st))
-}
-
-/// A directory walk by fd: every entry is opened relative to its parent's fd, no-follow.
-struct Walk<'a> {
-    out: Vec<(String, u64, String)>,
-    max_files: usize,
-    budget: &'a mut Budget,
-}
-
-impl Walk<'_> {
-    fn dir(
-        &mut self,
-        src: OwnedFd,
-        shown_path: &Path,
-        dst: &Path,
-        rel: String,
-        depth: usize,
-    ) -> Result<(), IntakeError> {
-        if depth > MAX_DEPTH {
-            return Err(IntakeError::TooDeep(shown(shown_path)));
-        }
-        std::fs::create_dir(dst).map_err(io_err(dst))?;
-        set_mode(dst, 0o755)?;
-        for name in list_dir(&src, shown_path)? {
-            let path = shown_path.join(&name);
-            let name = check_name_text(&name, &path)?;
-            let child_rel = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
-            };
-            let (fd, st) = open_child(&src, OsStr::new(&name), &path)?;
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::Directory => {
-                    self.dir(fd, &path, &dst.join(&name), child_rel, depth + 1)?
-                }
-                FileType::RegularFile => {
-                    if self.out.len() >= self.max_files {
-                        return Err(IntakeError::TooMany(self.max_files));
-                    }
-                    let (size, sha) = copy_file(fd, &st, &path, &dst.join(&name), self.budget)?;
-                    self.out.push((child_rel, size, sha));
-                }
-                _ => return Err(IntakeError::NotAFile(shown(&path))),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The names in a directory open as `fd` (without `.` and `..`), sorted.
-pub fn list_dir(fd: &OwnedFd, path: &Path) -> Result<Vec<OsString>, IntakeError> {
-    let dir = rustix::fs::Dir::read_from(fd).map_err(|e| io_err(path)(e.into()))?;
-    let mut names = Vec::new();
-    for entry in dir {
-        let entry = entry.map_err(|e| io_err(path)(e.into()))?;
-        let bytes = entry.file_name().to_bytes();
-        if bytes != b"." && bytes != b".." {
-            names.push(OsStr::from_bytes(bytes).to_os_string());
-        }
-    }
-    names.sort();
-    Ok(names)
 }
 
 async fn blocking<T: Send + 'static>(
@@ -571,336 +372,19 @@ async fn blocking<T: Send + 'static>(
         })?
 }
 
-/// Checks a name is UTF-8 without dangerous characters (they would forge or hide text in reports).
-fn check_name_text(name: &OsStr, path: &Path) -> Result<String, IntakeError> {
-    let s = name
-        .to_str()
-        .ok_or_else(|| IntakeError::BadName(shown(path)))?;
-    if s.is_empty() || s.chars().any(golem_protocol::chars::is_dangerous) {
-        return Err(IntakeError::BadName(shown(path)));
-    }
-    Ok(s.to_string())
-}
-
-fn checked_name(path: &Path) -> Result<String, IntakeError> {
-    let name = match path.file_name() {
-        Some(n) => n.to_os_string(),
-        // `.` or `/`: name the directory after its canonical path.
-        None => path
-            .canonicalize()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_os_string()))
-            .unwrap_or_else(|| "input".into()),
-    };
-    check_name_text(&name, path)
-}
-
-/// Avoids collisions between inputs of the same name by suffixing `-2`, `-3`, ... before the extension.
-fn unique(used: &mut Vec<String>, name: String) -> String {
-    let mut candidate = name.clone();
-    let (stem, ext) = match name.rsplit_once('.') {
-        Some((s, e)) if !s.is_empty() => (s.to_string(), format!(".{e}")),
-        _ => (name.clone(), String::new()),
-    };
-    let mut n = 2;
-    while used.contains(&candidate) {
-        candidate = format!("{stem}-{n}{ext}");
-        n += 1;
-    }
-    used.push(candidate.clone());
-    candidate
-}
-
-/// A safe file name from a URL's last path segment.
-fn url_name(url: &reqwest::Url) -> String {
-    let last = url
-        .path_segments()
-        .and_then(|mut s| s.next_back().map(str::to_string))
-        .unwrap_or_default();
-    safe_name(&last, "download")
-}
-
-/// A file name anyone can read and every name check accepts: ASCII letters, digits, `.`, `_`
-/// and `-` (anything else becomes `_`), no leading dots, at most 100 characters; `fallback`
-/// when nothing is left.
-pub fn safe_name(text: &str, fallback: &str) -> String {
-    let mapped: String = text
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(100)
-        .collect();
-    let trimmed = mapped.trim_start_matches('.');
-    if trimmed.is_empty() {
-        fallback.to_string()
-    } else {
-        trimmed.to_string()
-    }
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> IntakeError + '_ {
+pub(super) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> IntakeError + '_ {
     move |source| IntakeError::Io {
         path: shown(path),
         source,
     }
 }
 
-/// Creates `dst` (never through a link) world-readable, so the container user can read it.
-fn create_copy(dst: &Path) -> Result<std::fs::File, IntakeError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(dst)
-        .map_err(io_err(dst))
-}
-
-/// Copies the regular file open as `src` (its `fstat` is `st`) to `dst`, hashing in the same
-/// pass. Its apparent size is taken from the input cap first, so an oversized or sparse giant
-/// is refused before anything is written. Holes stay holes: only data extents are copied
-/// (`SEEK_DATA`/`SEEK_HOLE`) and the copy is truncated to length, while the hash covers the
-/// zeros. A file that changes size while copied is refused.
-fn copy_file(
-    src: OwnedFd,
-    st: &Stat,
-    path: &Path,
-    dst: &Path,
-    budget: &mut Budget,
-) -> Result<(u64, String), IntakeError> {
-    let size = u64::try_from(st.st_size).unwrap_or(0);
-    budget.take(size, path)?;
-    let mut input = std::fs::File::from(src);
-    let mut out = create_copy(dst)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 << 10];
-    let zeros = vec![0u8; 64 << 10];
-    let changed = || IntakeError::Io {
-        path: shown(path),
-        source: std::io::Error::other("changed while it was being copied"),
-    };
-    let mut pos = 0u64;
-    while pos < size {
-        let data = match rustix::fs::seek(&input, rustix::fs::SeekFrom::Data(pos)) {
-            Ok(d) => d.min(size),
-            // No data after `pos`: the rest is a hole.
-            Err(Errno::NXIO) => size,
-            // A file system without hole support: everything is data.
-            Err(Errno::INVAL) | Err(Errno::OPNOTSUPP) => pos,
-            Err(e) => return Err(io_err(path)(e.into())),
-        };
-        let mut gap = data - pos;
-        while gap > 0 {
-            let n = gap.min(zeros.len() as u64) as usize;
-            hasher.update(&zeros[..n]);
-            gap -= n as u64;
-        }
-        if data >= size {
-            break;
-        }
-        let hole = match rustix::fs::seek(&input, rustix::fs::SeekFrom::Hole(data)) {
-            Ok(h) => h.clamp(data + 1, size),
-            Err(_) => size,
-        };
-        input.seek(SeekFrom::Start(data)).map_err(io_err(path))?;
-        out.seek(SeekFrom::Start(data)).map_err(io_err(dst))?;
-        let mut left = hole - data;
-        while left > 0 {
-            let want = left.min(buf.len() as u64) as usize;
-            let n = input.read(&mut buf[..want]).map_err(io_err(path))?;
-            if n == 0 {
-                return Err(changed());
-            }
-            hasher.update(&buf[..n]);
-            out.write_all(&buf[..n]).map_err(io_err(dst))?;
-            left -= n as u64;
-        }
-        pos = hole;
-    }
-    out.set_len(size).map_err(io_err(dst))?;
-    let now = rustix::fs::fstat(&input).map_err(|e| io_err(path)(e.into()))?;
-    if u64::try_from(now.st_size).unwrap_or(0) != size {
-        return Err(changed());
-    }
-    out.sync_all().map_err(io_err(dst))?;
-    Ok((size, hex::encode(hasher.finalize())))
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<(), IntakeError> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err(path))
-}
-
-/// What a download brought in.
-struct Fetched {
-    size: u64,
-    sha256: String,
-    hops: Vec<String>,
-    final_url: String,
-}
-
-/// Streams a URL to `dst` with the size caps (download and what is left of the input cap)
-/// enforced per chunk; removes the partial file on failure.
-async fn download(
-    url: &reqwest::Url,
-    dst: &Path,
-    limits: &IntakeLimits,
-    budget_left: u64,
-) -> Result<Fetched, IntakeError> {
-    let shown_url = url.to_string();
-    let result = match tokio::time::timeout(
-        limits.download_timeout,
-        download_inner(url, dst, limits, budget_left),
-    )
-    .await
-    {
-        Ok(r) => r,
-        Err(_) => Err(IntakeError::Download {
-            url: shown_url,
-            message: "timed out".into(),
-        }),
-    };
-    if result.is_err() {
-        let _ = std::fs::remove_file(dst);
-    }
-    result
-}
-
-/// Follows redirects by hand so that every hop's address is checked (the resolver returns only
-/// checked addresses, IP literals are checked here) and recorded.
-async fn download_inner(
-    url: &reqwest::Url,
-    dst: &Path,
-    limits: &IntakeLimits,
-    budget_left: u64,
-) -> Result<Fetched, IntakeError> {
-    let first = url.to_string();
-    let fail = |at: &str, message: String| IntakeError::Download {
-        url: at.to_string(),
-        message,
-    };
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        // An environment proxy would connect to addresses this module never saw.
-        .no_proxy()
-        .dns_resolver(urlcheck::CheckedResolver {
-            allow_private: limits.allow_private,
-        })
-        .timeout(limits.download_timeout)
-        .connect_timeout(limits.download_timeout.min(Duration::from_secs(30)))
-        .user_agent(concat!("golem-orch/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| fail(&first, describe_reqwest(&e)))?;
-    let mut current = url.clone();
-    let mut hops = vec![current.to_string()];
-    let response = loop {
-        urlcheck::check_url(&current, limits.allow_private)
-            .map_err(|m| fail(current.as_str(), m))?;
-        let response = client
-            .get(current.clone())
-            .send()
-            .await
-            .map_err(|e| fail(current.as_str(), describe_reqwest(&e)))?;
-        let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .filter(|_| response.status().is_redirection());
-        let Some(location) = location else {
-            break response;
-        };
-        if hops.len() > limits.max_redirects {
-            return Err(fail(&first, "too many redirects".into()));
-        }
-        let next = location
-            .to_str()
-            .ok()
-            .and_then(|l| current.join(l).ok())
-            .ok_or_else(|| {
-                fail(
-                    current.as_str(),
-                    "redirect to an unreadable location".into(),
-                )
-            })?;
-        if !matches!(next.scheme(), "http" | "https") || next.host_str().is_none() {
-            return Err(fail(
-                current.as_str(),
-                format!("redirect to {next}: only http and https URLs are supported"),
-            ));
-        }
-        hops.push(next.to_string());
-        current = next;
-    };
-    let shown_url = current.to_string();
-    let status = response.status();
-    if !status.is_success() {
-        return Err(IntakeError::Status {
-            url: shown_url,
-            status: status.as_u16(),
-        });
-    }
-    let limit = limits.max_download_bytes.min(budget_left);
-    let too_large = || {
-        if budget_left < limits.max_download_bytes {
-            IntakeError::OverCap {
-                path: first.clone(),
-                limit: limits.max_total_bytes,
-            }
-        } else {
-            IntakeError::TooLarge {
-                url: first.clone(),
-                limit: limits.max_download_bytes,
-            }
-        }
-    };
-    if response.content_length().is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    let mut file = create_copy(dst)?;
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| fail(&shown_url, describe_reqwest(&e)))?;
-        size += chunk.len() as u64;
-        if size > limit {
-            return Err(too_large());
-        }
-        hasher.update(&chunk);
-        file.write_all(&chunk).map_err(io_err(dst))?;
-    }
-    file.sync_all().map_err(io_err(dst))?;
-    Ok(Fetched {
-        size,
-        sha256: hex::encode(hasher.finalize()),
-        hops,
-        final_url: shown_url,
-    })
-}
-
-/// reqwest's top-level message hides the cause ("error sending request"); show the root cause.
-fn describe_reqwest(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        return "timed out".into();
-    }
-    let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        msg = s.to_string();
-        source = s.source();
-    }
-    msg.replace(['\n', '\r'], " ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
     use std::io::BufRead;
+    use std::io::{Seek, SeekFrom, Write};
     use std::net::TcpListener;
 
     /// A tiny HTTP server on loopback answering each request with `respond(path)`.
@@ -1264,14 +748,5 @@ mod tests {
         std::fs::rename(src.path().join("other"), src.path().join("docs/one.txt")).unwrap();
         let err = intake(&[source], dest.path(), &limits()).await.unwrap_err();
         assert!(matches!(err, IntakeError::Replaced(_)), "{err}");
-    }
-
-    #[test]
-    fn url_names_are_sanitised() {
-        let n = |u: &str| url_name(&reqwest::Url::parse(u).unwrap());
-        assert_eq!(n("https://h/papers/paper.pdf?x=1"), "paper.pdf");
-        assert_eq!(n("https://h/"), "download");
-        assert_eq!(n("https://h/..%2F..%2Fetc"), "_2F.._2Fetc");
-        assert_eq!(n("https://h/a%0Ab"), "a_0Ab");
     }
 }
