@@ -147,6 +147,46 @@ fn under_umask_000_the_state_directory_and_its_files_are_still_private() {
 }
 
 #[test]
+fn under_umask_077_the_workers_copy_of_the_input_is_still_readable_by_it() {
+    // The person's strict umask protects their files; it must not also lock the session's
+    // own uid out of the input copy (a non-root person's worker is not the copy's owner).
+    // The 0700 session directory is what keeps other host users away from it.
+    let g = Golem::new();
+    let home = g.project.path().join(".golem");
+    let _cleanup = LabelGuard(home.clone());
+    let doc = g.file("notes.txt", "the quarterly notes\n");
+    let mut cmd = g.cmd([
+        "run",
+        "--untrusted",
+        "--keep",
+        "--json",
+        doc.to_str().unwrap(),
+    ]);
+    cmd.env("GOLEM_HOME", &home);
+    // SAFETY: umask is async-signal-safe and touches nothing but the child's file mode mask.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0o077);
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run");
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let run: Value = serde_json::from_slice(&out.stdout).expect("run --json");
+    let session = run["session"].as_str().expect("session").to_string();
+    let session_dir = home.join("sessions").join(&session);
+    let copy = session_dir.join("input").join("notes.txt");
+    assert_eq!(
+        mode(&copy),
+        0o644,
+        "{} is {:04o}",
+        copy.display(),
+        mode(&copy)
+    );
+    assert_eq!(mode(&session_dir), 0o700);
+}
+
+#[test]
 fn a_state_directory_others_can_write_or_that_is_someone_elses_is_refused() {
     let g = Golem::new();
     let input = g.file("letter.txt", "hello\n");

@@ -110,15 +110,22 @@ impl Visitor for CopyTree<'_> {
 }
 
 /// Creates `dst` (never through a link) world-readable, so the container user can read it.
+/// The mode is set on the open file afterwards because `open`'s mode passes through the
+/// person's umask: under `umask 077` the copy would be 0600, and a non-root person's session
+/// uid (not the file's owner) could not read its own input through the bind mount. Nobody
+/// else can reach it either way: the session directory above it is 0700.
 pub(super) fn create_copy(dst: &Path) -> Result<std::fs::File, IntakeError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW)
         .open(dst)
-        .map_err(io_err(dst))
+        .map_err(io_err(dst))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(io_err(dst))?;
+    Ok(file)
 }
 
 /// Copies the regular file open as `src` (its `fstat` is `st`) to `dst`, hashing in the same
