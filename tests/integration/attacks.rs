@@ -16,16 +16,15 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::harness::{
     assert_no_half_stage, assert_untrusted_stage, attack, audit_of, audited_plan,
-    audited_rejections, docker_build, engine_resources, hostile_image, remove_engine_resources,
-    session_logs, sha256_file, staged_json, tree, untrusted, wait_until, worker_report, Golem,
-    HostWitness, LabelGuard, Run, RunBuilder, Status,
+    audited_rejections, chmod, docker_build, engine_resources, hostile_image,
+    remove_engine_resources, session_logs, sha256_file, staged_json, staged_json_in, tree,
+    untrusted, wait_until, worker_report, Golem, HostWitness, LabelGuard, Run, RunBuilder, Status,
 };
 
 /// `errno` values the kernel gives when a defence holds.
@@ -903,26 +902,6 @@ attack! {
 
 // ---------------------------------------------------------------------------- other sessions
 
-/// Makes `chmod ARGS PATH` succeed or fails the test.
-fn chmod(args: &[&str], path: &std::path::Path) {
-    assert!(Command::new("chmod")
-        .args(args)
-        .arg(path)
-        .status()
-        .unwrap()
-        .success());
-}
-
-/// A staged commit's `writes.json` (the `try-write` mode's evidence) in the state directory
-/// `home`.
-fn writes_in(home: &std::path::Path, run: &Run) -> Value {
-    let path = home
-        .join("staged")
-        .join(run.staged())
-        .join("files/writes.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
 /// Attacks the state directory's isolation: plan.rs `build` never binds the state directory,
 /// and when it lies inside a repository that `full` mounts read-write, masks it with an empty
 /// read-only tmpfs (`masks`, container.rs `worker_body`). A `full` worker tries to write into
@@ -988,7 +967,7 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         .level("full")
         .hostile(try_mode("try-write", targets.iter().map(String::as_str)))
         .expect(Status::Staged);
-    let writes = writes_in(&home, &attacker);
+    let writes = staged_json_in(&home, &attacker, "writes.json");
     for t in &targets {
         assert_eq!(writes[t]["ok"], false, "{t} was writable: {writes}");
     }
@@ -1017,7 +996,7 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
             "/workspace/../../audit.jsonl",
         ])
         .expect(Status::Staged);
-    let writes = writes_in(&home, &climber);
+    let writes = staged_json_in(&home, &climber, "writes.json");
     // `..` resolves inside the container's own tree: /workspace/.. is its read-only root.
     for t in ["/workspace/../evil.txt", "/workspace/../../audit.jsonl"] {
         assert_eq!(writes[t]["ok"], false, "{t}: {writes}");
@@ -1032,11 +1011,6 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         .exists());
     assert!(!home.join("evil.txt").exists() && !home.join("staged/evil.txt").exists());
     assert_no_half_stage(&home);
-    assert!(g
-        .cmd(["audit", "--verify"])
-        .env("GOLEM_HOME", &home)
-        .status()
-        .unwrap()
-        .success());
+    assert!(g.audit_verifies_in(&home));
     assert!(engine_resources(&home).is_empty());
 }

@@ -1,7 +1,6 @@
 //! User stories for clearance: reviewing, diffing, pushing and discarding staged commits.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -193,15 +192,8 @@ fn a_tampered_stage_is_refused() {
         stderr_text(&out)
     );
     // Nothing reached the repository, and the stage is still pending.
-    assert!(Command::new("git")
-        .current_dir(g.project.path())
-        .args(["rev-parse", "--verify", "-q", "refs/heads/golem/x"])
-        .output()
-        .unwrap()
-        .stdout
-        .is_empty());
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list[0]["status"], "pending");
+    assert!(!g.has_ref("refs/heads/golem/x"));
+    assert_eq!(g.staged()[0]["status"], "pending");
 }
 
 #[test]
@@ -271,8 +263,7 @@ fn consent_is_required_and_the_checked_out_branch_is_refused() {
     let out = g.output(["discard", &id]);
     assert!(!out.status.success() && stderr_text(&out).contains("consent"));
     // Still pending after all of that; then a discard is final.
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list[0]["status"], "pending");
+    assert_eq!(g.staged()[0]["status"], "pending");
     let (d, code) = g.json(["discard", &id, "--yes", "--json"]);
     assert_eq!((d["status"].as_str(), code), (Some("discarded"), 0));
     let out = g.output(["push", &id, "--yes"]);

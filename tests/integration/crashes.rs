@@ -604,12 +604,7 @@ fn a_full_disk_while_staging_leaves_no_partial_stage() {
             .any(|r| r["event"] == "session.failed"),
         "{audit}"
     );
-    assert!(g
-        .command(["audit", "--verify"])
-        .home(&home)
-        .output()
-        .status
-        .success());
+    assert!(g.audit_verifies_in(&home));
     assert!(engine_resources(&home).is_empty());
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{engine_resources, stderr_text, Golem, Status};
+use crate::harness::{chmod, engine_resources, staged_json_in, stderr_text, Golem, Status};
 
 fn rejected_reasons(manifest: &Value) -> Vec<(String, String)> {
     manifest["rejected"]
@@ -50,9 +50,8 @@ fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
     );
 
     // The --json contracts scripts rely on.
-    let (list, code) = g.json(["staged", "--json"]);
-    assert_eq!(code, 0);
-    let entry = &list.as_array().expect("array")[0];
+    let list = g.staged();
+    let entry = &list[0];
     for key in ["id", "session", "files", "bytes", "created_at", "status"] {
         assert!(!entry[key].is_null(), "staged --json lacks {key}: {entry}");
     }
@@ -103,7 +102,7 @@ fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
         expected.len(),
         "audit events out of order or missing: {events:?}"
     );
-    assert!(g.output(["audit", "--verify"]).status.success());
+    assert!(g.audit_verifies());
     g.assert_clean();
 }
 
@@ -571,31 +570,17 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
     ];
     // Make everything writable by the worker's uid, so that only golem-orch's mounts stand in the
     // way (the policy grants a read-write work tree; the host's file modes would otherwise decide).
-    let chmod = std::process::Command::new("chmod")
-        .args(["-R", "a+rwX"])
-        .arg(g.project.path())
-        .status()
-        .unwrap();
-    assert!(chmod.success());
+    chmod(&["-R", "a+rwX"], g.project.path());
     // Except the state directory: one that others can write is refused outright (and golem-orch
     // keeps it 0700). The empty listing below shows the mask, not the modes, hides it.
-    let private = std::process::Command::new("chmod")
-        .args(["-R", "go-w"])
-        .arg(g.project.path().join(".golem"))
-        .status()
-        .unwrap();
-    assert!(private.success());
+    chmod(&["-R", "go-w"], &home);
     let run = g
         .run()
         .home(&home)
         .level("full")
         .hostile(std::iter::once("try-write").chain(targets.iter().map(String::as_str)))
         .expect(Status::Staged);
-    let staged = home
-        .join("staged")
-        .join(run.staged())
-        .join("files/writes.json");
-    let writes: Value = serde_json::from_str(&std::fs::read_to_string(staged).unwrap()).unwrap();
+    let writes = staged_json_in(&home, &run, "writes.json");
 
     // The work tree is writable at `full`, as the policy says...
     assert_eq!(writes["/repo/allowed.txt"]["ok"], true, "{writes}");
@@ -613,12 +598,7 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
     );
     assert!(!g.project.path().join(".git/hooks/post-checkout").exists());
     assert_eq!(std::fs::read(&earlier_report).unwrap(), before);
-    assert!(g
-        .command(["audit", "--verify"])
-        .home(&home)
-        .output()
-        .status
-        .success());
+    assert!(g.audit_verifies_in(&home));
     let state = g.project.path().join(".golem").canonicalize().unwrap();
     assert!(engine_resources(&state).is_empty());
 }

@@ -19,7 +19,16 @@ pub fn untrusted() -> golem_orch::policy::Policy {
 
 /// A staged file of a session, parsed as JSON (the hostile worker's evidence).
 pub fn staged_json(g: &Golem, run: &Run, name: &str) -> Value {
-    let path = g.staged_files(&run.staged()).join(name);
+    staged_json_in(&g.home, run, name)
+}
+
+/// [`staged_json`] for a session run with another state directory, `home`.
+pub fn staged_json_in(home: &Path, run: &Run, name: &str) -> Value {
+    let path = home
+        .join("staged")
+        .join(run.staged())
+        .join("files")
+        .join(name);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} ({})", path.display(), run.json));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -32,6 +32,16 @@ impl Golem {
         git(self.project.path(), args)
     }
 
+    /// Whether the project's repository has the ref `name` (`git rev-parse --verify`).
+    pub fn has_ref(&self, name: &str) -> bool {
+        let out = Command::new("git")
+            .current_dir(self.project.path())
+            .args(["rev-parse", "--verify", "-q", name])
+            .output()
+            .expect("git");
+        !out.stdout.is_empty()
+    }
+
     /// Commits `files` (written into the project) on `branch`, created from the current HEAD,
     /// then checks out `back` again; returns the new tip.
     pub fn commit_on_branch(

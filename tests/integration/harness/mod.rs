@@ -24,8 +24,8 @@ use serde_json::Value;
 
 pub use evidence::{
     assert_no_half_stage, assert_untrusted_stage, audit_of, audited_plan, audited_rejections,
-    half_stages, session_logs, sha256_file, staged_json, tree, untrusted, worker_report,
-    HostWitness,
+    half_stages, session_logs, sha256_file, staged_json, staged_json_in, tree, untrusted,
+    worker_report, HostWitness,
 };
 pub use git::{git, git_with, IGNORE_GOLEM};
 pub use hostile::{docker_build, hostile, hostile_image};
@@ -159,7 +159,16 @@ impl Golem {
 
     /// Whether `audit --verify` finds the hash chain intact.
     pub fn audit_verifies(&self) -> bool {
-        self.output(["audit", "--verify"]).status.success()
+        self.audit_verifies_in(&self.home)
+    }
+
+    /// Whether `audit --verify` finds the hash chain of the state directory `home` intact.
+    pub fn audit_verifies_in(&self, home: &Path) -> bool {
+        self.command(["audit", "--verify"])
+            .home(home)
+            .output()
+            .status
+            .success()
     }
 
     /// What of this state directory is still in the engine (see [`engine_resources`]).
@@ -260,6 +269,17 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
     false
+}
+
+/// Runs `chmod ARGS PATH`; fails the test if it fails (stories that take the host's file modes
+/// out of the way, so that only golem-orch's mounts stand between a worker and a path).
+pub fn chmod(args: &[&str], path: &Path) {
+    let status = Command::new("chmod")
+        .args(args)
+        .arg(path)
+        .status()
+        .expect("chmod");
+    assert!(status.success(), "chmod {args:?} {}", path.display());
 }
 
 /// Everything a finished command wrote to stderr, as text.

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -239,6 +239,8 @@ pub struct RunBuilder<'g> {
     image: Option<String>,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    unset: Vec<OsString>,
+    dir: Option<PathBuf>,
 }
 
 impl Golem {
@@ -261,6 +263,8 @@ impl Golem {
             image: None,
             args: Vec::new(),
             env: Vec::new(),
+            unset: Vec::new(),
+            dir: None,
         }
     }
 }
@@ -329,6 +333,18 @@ impl<'g> RunBuilder<'g> {
         self
     }
 
+    /// Removes an environment variable golem-orch would otherwise inherit.
+    pub fn without_env(mut self, key: impl Into<OsString>) -> Self {
+        self.unset.push(key.into());
+        self
+    }
+
+    /// Runs in `dir` instead of the project directory.
+    pub fn in_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
     /// Uses this state directory instead of the test's own (`GOLEM_HOME`).
     pub fn home(self, home: impl AsRef<Path>) -> Self {
         self.env("GOLEM_HOME", home.as_ref().as_os_str())
@@ -345,7 +361,7 @@ impl<'g> RunBuilder<'g> {
     }
 
     /// The command as built: head, flags, `--image IMAGE`, then `-- ARGS` when there are any.
-    pub fn command(self) -> (&'g Golem, Command) {
+    pub(super) fn build(self) -> (&'g Golem, Command) {
         let mut argv = self.head;
         argv.extend(self.flags);
         if let Some(image) = self.image {
@@ -357,15 +373,21 @@ impl<'g> RunBuilder<'g> {
             argv.extend(self.args);
         }
         let mut cmd = self.g.cmd(argv);
+        for key in self.unset {
+            cmd.env_remove(key);
+        }
         for (k, v) in self.env {
             cmd.env(k, v);
+        }
+        if let Some(dir) = self.dir {
+            cmd.current_dir(dir);
         }
         (self.g, cmd)
     }
 
     /// Runs it to completion under the [`HANG_GUARD`] and returns what it printed, raw.
     pub fn output(self) -> Output {
-        run_bounded(self.command().1, HANG_GUARD)
+        run_bounded(self.build().1, HANG_GUARD)
     }
 
     /// Runs it to completion under the [`HANG_GUARD`] and parses its report.

@@ -111,7 +111,7 @@ pub struct Spawned<'g> {
 impl Golem {
     /// Starts `run` in the background with its stdout and stderr captured.
     pub fn spawn<'g>(&'g self, run: RunBuilder<'g>) -> Spawned<'g> {
-        let (g, mut cmd) = run.command();
+        let (g, mut cmd) = run.build();
         Spawned::start(g, &mut cmd)
     }
 }
