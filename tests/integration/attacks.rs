@@ -73,7 +73,9 @@ attack! {
     /// --allow-network where allowed), container.rs `worker_body` (`network_mode` and
     /// `network_disabled`). With a network, the probe would see an interface other than `lo`
     /// and refuse to send, so `attempted` would be false.
-    fn tcp_egress_fails_inside_the_kernel(g) given { let input = probe_input(&g); } {
+    fn tcp_egress_fails_inside_the_kernel(g)
+    given { let input = probe_input(&g); }
+    {
         let (run, p, _) = probe(&g, g.run().input(&input));
         assert_eq!(p["interfaces"]["names"], json!(["lo"]));
         assert_eq!(p["interfaces"]["proc_net_dev"], json!(["lo"]));
@@ -90,7 +92,9 @@ attack! {
 
 attack! {
     /// Attacks `network: none` (as above) with UDP, which needs no handshake to leak a datagram.
-    fn udp_egress_fails_inside_the_kernel(g) given { let input = probe_input(&g); } {
+    fn udp_egress_fails_inside_the_kernel(g)
+    given { let input = probe_input(&g); }
+    {
         let (_, p, _) = probe(&g, g.run().input(&input));
         let udp = &p["udp_egress"];
         assert_eq!(udp["attempted"], true, "{udp}");
@@ -104,7 +108,9 @@ attack! {
     /// names none of the host's nameservers. (container.rs `worker_body` also sets
     /// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway,
     /// so removing that setting alone does not change what this test sees.)
-    fn dns_resolves_nothing_and_reveals_no_host_nameserver(g) given { let input = probe_input(&g); } {
+    fn dns_resolves_nothing_and_reveals_no_host_nameserver(g)
+    given { let input = probe_input(&g); }
+    {
         let (_, p, _) = probe(&g, g.run().input(&input));
         assert_eq!(p["dns"]["attempted"], true, "{}", p["dns"]);
         assert_eq!(p["dns"]["ok"], false, "{}", p["dns"]);
@@ -131,7 +137,9 @@ attack! {
 attack! {
     /// Attacks `network: none` from the side of the host: no route at all, so neither the
     /// Docker bridge's gateway (the host) nor its Docker API or SSH ports can be reached.
-    fn the_default_gateway_and_the_hosts_ports_are_unreachable(g) given { let input = probe_input(&g); } {
+    fn the_default_gateway_and_the_hosts_ports_are_unreachable(g)
+    given { let input = probe_input(&g); }
+    {
         let (_, p, _) = probe(&g, g.run().input(&input));
         let gw = &p["gateway"];
         assert_eq!(gw["routes"], json!([]), "{gw}");
@@ -154,7 +162,9 @@ attack! {
 attack! {
     /// Attacks "mounts come only from the plan": plan.rs `build` (binds) and container.rs
     /// `worker_body` (bind `Mount`s only from the plan). The engine's socket is never mounted.
-    fn the_docker_socket_is_not_in_the_container(g) given { let input = probe_input(&g); } {
+    fn the_docker_socket_is_not_in_the_container(g)
+    given { let input = probe_input(&g); }
+    {
         let (_, p, text) = probe(&g, g.run().input(&input));
         for sock in ["/var/run/docker.sock", "/run/docker.sock"] {
             let s = &p["docker_sock"][sock];
@@ -171,10 +181,12 @@ attack! {
     /// Attacks the same: nothing of the host is visible but the input, read-only. The root
     /// holds only what the scratch image and the plan put there; /etc/shadow, /var/lib/docker,
     /// /root and the host's project and state directories do not exist inside.
-    fn host_paths_that_were_not_mounted_cannot_be_read(g) given {
+    fn host_paths_that_were_not_mounted_cannot_be_read(g)
+    given {
         let input = probe_input(&g);
         g.file("neighbour.txt", "secret neighbour");
-    } {
+    }
+    {
         let project = g.project.path().display().to_string();
         let home = g.home.display().to_string();
         let paths = [
@@ -305,7 +317,9 @@ attack! {
     /// `worker_body` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
     /// noexec,nosuid output tmpfs (plan.rs `Output::mount_options`): setuid(0) fails, every
     /// capability set is empty, no_new_privs is set, and a setuid file cannot even be executed.
-    fn the_worker_cannot_become_root_or_gain_capabilities(g) given { let input = probe_input(&g); } {
+    fn the_worker_cannot_become_root_or_gain_capabilities(g)
+    given { let input = probe_input(&g); }
+    {
         let (run, p, _) = probe(&g, g.run().input(&input));
         // The session's own uid/gid from golem-orch's reserved range (worker_uid), never root.
         let me = p["uid"].as_i64().expect("uid");
@@ -346,7 +360,9 @@ attack! {
     /// and the default seccomp profile (no `security_opt` disables it). mount(2), a new user
     /// namespace (which would hand the worker capabilities inside it) and tracing PID 1 are all
     /// refused.
-    fn mount_user_namespaces_and_ptrace_of_pid1_are_refused(g) given { let input = probe_input(&g); } {
+    fn mount_user_namespaces_and_ptrace_of_pid1_are_refused(g)
+    given { let input = probe_input(&g); }
+    {
         let (_, p, _) = probe(&g, g.run().input(&input));
         assert_eq!(
             errno(&p["mount_attempt"]["mount"]),
@@ -402,8 +418,7 @@ attack! {
             late.is_empty() || (late.len() == 2 && late.ends_with('\n')),
             "{late:?}"
         );
-        let logs = std::fs::read_to_string(g.home.join("sessions").join(run.session()).join("logs.txt"))
-            .unwrap();
+        let logs = session_logs(&g.home, &run.session());
         assert!(logs.contains("forged by the worker"), "{logs}");
     }
 }
@@ -848,7 +863,9 @@ attack! {
     /// `env.pass`, empty in every shipped policy) and container.rs `worker_body` (`env` from the
     /// plan only): golem-orch runs with cloud keys, tokens, an ssh agent socket, a git askpass
     /// helper, Docker settings and a HOME full of credentials; none of it is visible inside.
-    fn the_hosts_environment_and_credentials_do_not_leak_in(g) given { let input = probe_input(&g); } {
+    fn the_hosts_environment_and_credentials_do_not_leak_in(g)
+    given { let input = probe_input(&g); }
+    {
         let fake_home = tempfile::tempdir().expect("fake home");
         let fh = fake_home.path().canonicalize().unwrap();
         credential_files(&fh);

@@ -32,7 +32,10 @@ pub fn hostile_image() -> &'static str {
         let tag = format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary));
         std::fs::write(
             context.path().join("Dockerfile"),
-            "FROM scratch\nCOPY hostile-worker /hostile-worker\nUSER 65534:65534\nENTRYPOINT [\"/hostile-worker\"]\n",
+            "FROM scratch\n\
+             COPY hostile-worker /hostile-worker\n\
+             USER 65534:65534\n\
+             ENTRYPOINT [\"/hostile-worker\"]\n",
         )
         .expect("Dockerfile");
         docker_build(&tag, context.path());
