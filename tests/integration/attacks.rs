@@ -656,7 +656,7 @@ attack! {
         let created = files["created"].as_u64().unwrap();
         assert!(
             created < max_inodes,
-            "the kernel let {created} files through a {max_inodes}-inode volume"
+            "the kernel let {created} files through a {max_inodes}-inode output"
         );
         assert_eq!(errno(&files), Some(ENOSPC), "{files}");
         assert!(g.staged().is_empty());

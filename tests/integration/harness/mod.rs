@@ -1,7 +1,8 @@
 //! A small harness for user-story tests: each test gets its own project directory and state
 //! directory, drives the real `golem-orch` binary against the real engine, and checks that it
-//! left nothing behind. What a session creates in the engine (its one container) carries the
-//! `golem.home` label, which is unique per test, so parallel tests never see each other's.
+//! left nothing behind. What golem-orch creates in the engine (a session's container, and at
+//! levels that mount `/workspace` the project's overlay volume) carries the `golem.home` label,
+//! which is unique per test, so parallel tests never see each other's.
 //!
 //! - [`Golem::run`] builds a `golem-orch run --json` and returns a typed [`Run`];
 //! - [`Golem::spawn`] starts one in the background, to wait for its worker and signal or kill it;
@@ -207,8 +208,9 @@ impl Drop for Golem {
     }
 }
 
-/// Containers labelled with the state directory `home`, and any volume so labelled: sessions
-/// create none (the output is a tmpfs), so one showing up is a regression worth failing on.
+/// Containers and volumes labelled with the state directory `home`: sessions' containers and
+/// the `/workspace` overlay volume, which the last session of a project using it removes. (The
+/// output is a tmpfs, never a volume.)
 pub fn engine_resources(home: &Path) -> Vec<String> {
     let label = format!("label=golem.home={}", home.display());
     let mut found = docker_lines(&["ps", "-aq", "--filter", &label]);
