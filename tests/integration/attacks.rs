@@ -10,31 +10,22 @@
 //! `container.rs` turns it into Engine API bodies), so that removing that defence makes the test
 //! fail. Network probes only send when the container has no interface but `lo` (the kernel then
 //! fails them locally); the bombs only run as a container's main process.
+//!
+//! Most stories are an [`attack!`]: the host is witnessed before the attack and checked
+//! unchanged after it, and the engine checked clean of the test's containers.
 
-use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::harness::{
-    docker_build, engine_resources, hostile_image, remove_engine_resources, wait_until, Golem,
+    assert_no_half_stage, assert_untrusted_stage, attack, audit_of, audited_plan,
+    audited_rejections, chmod, docker_build, engine_resources, hostile_image,
+    remove_engine_resources, session_logs, sha256_file, staged_json, staged_json_in, tree,
+    untrusted, wait_until, worker_report, Golem, HostWitness, LabelGuard, Run, RunBuilder, Status,
 };
-
-/// Longest a session of these tests may take before the test gives up on it: a hang guard (a
-/// removed timeout would otherwise hang the suite), not a timing assertion.
-pub const HANG_GUARD: Duration = Duration::from_secs(300);
-
-/// The shipped untrusted policy (policies/untrusted.yaml), which these tests do not narrow.
-pub fn untrusted() -> golem_orch::policy::Policy {
-    golem_orch::policy::load(golem_orch::policy::TrustLevel::Untrusted, None, None)
-        .expect("shipped policy")
-        .policy
-}
 
 /// `errno` values the kernel gives when a defence holds.
 const EPERM: i64 = 1;
@@ -45,342 +36,15 @@ const ENOSPC: i64 = 28;
 const EROFS: i64 = 30;
 const ENETUNREACH: i64 = 101;
 
-/// What one `golem-orch run --json` printed and returned.
-pub struct Run {
-    /// The JSON object on stdout.
-    pub json: Value,
-    /// The exit code.
-    pub code: i32,
-    /// Everything on stderr.
-    pub stderr: String,
+fn errno(v: &Value) -> Option<i64> {
+    v["errno"].as_i64()
 }
 
-impl Run {
-    /// The session id.
-    pub fn session(&self) -> String {
-        self.json["session"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session in {}", self.json))
-            .to_string()
-    }
-
-    /// The staged commit id; panics when nothing was staged.
-    pub fn staged(&self) -> String {
-        self.json["staged"]
-            .as_str()
-            .unwrap_or_else(|| panic!("nothing staged: {} {}", self.json, self.stderr))
-            .to_string()
-    }
-
-    /// Asserts the status word and exit code golem-orch reported.
-    pub fn assert_status(&self, status: &str, code: i32) {
-        assert_eq!(
-            (self.json["status"].as_str(), self.code),
-            (Some(status), code),
-            "{} / stderr: {}",
-            self.json,
-            self.stderr
-        );
-    }
-
-    /// Asserts that stderr is exactly one `golem-orch:` line naming the session and its status.
-    pub fn assert_one_error_line(&self, status: &str) {
-        let lines: Vec<&str> = self.stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "stderr is not one line: {:?}", self.stderr);
-        let short = &self.session()[..12];
-        assert!(
-            lines[0].starts_with(&format!("golem-orch: session {short} {status}: ")),
-            "{:?}",
-            lines[0]
-        );
-    }
-}
-
-/// Runs a command to completion, killing it (and failing the test) if it outlives `limit`.
-pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn golem-orch");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = stdout.read_to_end(&mut v);
-        v
-    });
-    let err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = stderr.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "golem-orch still running after {limit:?}; stderr so far: {}",
-                String::from_utf8_lossy(&err.join().unwrap_or_default())
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    }
-}
-
-/// Parses a finished `run --json`.
-pub fn parse_run(out: &Output) -> Run {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {} / stderr: {stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    Run {
-        json,
-        code: out.status.code().unwrap_or(-1),
-        stderr,
-    }
-}
-
-/// `golem-orch run --json [extra] --image <hostile image> -- MODE...`, with a hang guard.
-pub fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> Run {
-    hostile_with(g, extra, mode, |_| {})
-}
-
-/// Like [`hostile`], letting the caller adjust the command (environment, home).
-pub fn hostile_with(
-    g: &Golem,
-    extra: &[&str],
-    mode: &[&str],
-    adjust: impl FnOnce(&mut Command),
-) -> Run {
-    let mut args = vec!["run", "--json"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--image", hostile_image(), "--"]);
-    args.extend_from_slice(mode);
-    let mut cmd = g.cmd(&args);
-    adjust(&mut cmd);
-    parse_run(&run_bounded(cmd, HANG_GUARD))
-}
-
-/// A staged file of a session, parsed as JSON (the hostile worker's evidence).
-pub fn staged_json(g: &Golem, run: &Run, name: &str) -> Value {
-    let path = g.staged_files(&run.staged()).join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} ({})", path.display(), run.json));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The last JSON line the worker printed whose `mode` is `mode` (file-making modes and bombs
-/// report their steps this way), from the session's captured logs.
-pub fn worker_report(home: &Path, session: &str, mode: &str) -> Value {
-    let logs = std::fs::read_to_string(home.join("sessions").join(session).join("logs.txt"))
-        .unwrap_or_else(|e| panic!("logs of {session}: {e}"));
-    logs.lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .find(|v| v["mode"] == mode)
-        .unwrap_or_else(|| panic!("no {mode} report in the logs:\n{logs}"))
-}
-
-/// Every audit record of one session.
-pub fn audit_of(g: &Golem, session: &str) -> Vec<Value> {
-    g.audit()
-        .into_iter()
-        .filter(|r| r["session"] == session)
-        .collect()
-}
-
-/// `(path, reason)` of every `entry.rejected` audit record of a session.
-pub fn audited_rejections(g: &Golem, session: &str) -> Vec<(String, String)> {
-    audit_of(g, session)
-        .into_iter()
-        .filter(|r| r["event"] == "entry.rejected")
-        .map(|r| {
-            (
-                r["data"]["path"].as_str().unwrap_or("").to_string(),
-                r["data"]["reason"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
-}
-
-/// The plan the session ran with, as audited.
-pub fn audited_plan(g: &Golem, session: &str) -> Value {
-    audit_of(g, session)
-        .into_iter()
-        .find(|r| r["event"] == "session.plan")
-        .map(|r| r["data"]["plan"].clone())
-        .expect("session.plan audited")
-}
-
-fn sha256_file(path: &Path) -> String {
-    hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
-}
-
-/// Every entry under `dir` (not following links): kind, mode and content hash.
-pub fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in rd.flatten() {
-            let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).expect("lstat");
-            let rel = path.strip_prefix(dir).expect("below").to_path_buf();
-            let mode = meta.mode() & 0o7777;
-            let desc = if meta.is_dir() {
-                stack.push(path.clone());
-                format!("dir {mode:o}")
-            } else if meta.file_type().is_symlink() {
-                format!("link -> {:?}", std::fs::read_link(&path).ok())
-            } else if meta.is_file() {
-                format!("file {mode:o} {}", sha256_file(&path))
-            } else {
-                format!("special {:o}", meta.mode())
-            };
-            out.insert(rel, desc);
-        }
-    }
-    out
-}
-
-/// Host paths a worker could only create by escaping its container.
-const ESCAPE_MARKERS: [&str; 5] = ["/pwned", "/escaped", "/x", "/hostile-exec", "/output.old"];
-
-/// What the host looked like before an attack: the project directory (inputs included) and
-/// the escape markers.
-pub struct HostWitness {
-    project: PathBuf,
-    before: BTreeMap<PathBuf, String>,
-    markers: Vec<(&'static str, bool)>,
-}
-
-impl HostWitness {
-    /// Takes the picture.
-    pub fn take(g: &Golem) -> HostWitness {
-        HostWitness {
-            project: g.project.path().to_path_buf(),
-            before: tree(g.project.path()),
-            markers: ESCAPE_MARKERS
-                .iter()
-                .map(|m| (*m, Path::new(m).exists()))
-                .collect(),
-        }
-    }
-
-    /// Asserts nothing of it changed.
-    pub fn assert_unchanged(&self) {
-        assert_eq!(
-            tree(&self.project),
-            self.before,
-            "the project directory changed"
-        );
-        for (marker, existed) in &self.markers {
-            assert_eq!(
-                Path::new(marker).exists(),
-                *existed,
-                "{marker} appeared on the host"
-            );
-        }
-    }
-}
-
-/// Asserts that no half-built staged commit (`staged/.tmp-*`) is left in `home`.
-pub fn assert_no_half_stage(home: &Path) {
-    let left: Vec<String> = std::fs::read_dir(home.join("staged"))
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(".tmp-"))
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(left.is_empty(), "half-built staged commits left: {left:?}");
-}
-
-/// Asserts a staged commit holds exactly its manifest's files, all regular 0644 files (dirs
-/// 0755) within the given caps, nothing else: no links, devices, FIFOs, sockets or set-id bits.
-/// Returns the staged paths.
-pub fn assert_stage_allowed(
-    home: &Path,
-    staged: &str,
-    max_files: u64,
-    max_file_bytes: u64,
-    max_total: u64,
-) -> Vec<String> {
-    let dir = home.join("staged").join(staged);
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    let files = dir.join("files");
-    let mut on_disk = BTreeMap::new();
-    for (rel, desc) in tree(&files) {
-        if desc.starts_with("dir ") {
-            assert_eq!(desc, "dir 755", "{rel:?}");
-            continue;
-        }
-        assert!(
-            desc.starts_with("file 644 "),
-            "{rel:?} is not a plain 0644 file in the stage: {desc}"
-        );
-        let size = std::fs::symlink_metadata(files.join(&rel)).unwrap().len();
-        assert!(size <= max_file_bytes, "{rel:?}: {size} bytes over the cap");
-        on_disk.insert(
-            rel.to_string_lossy().into_owned(),
-            (size, desc["file 644 ".len()..].to_string()),
-        );
-    }
-    let listed: BTreeMap<String, (u64, String)> = manifest["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["path"].as_str().unwrap().to_string(),
-                (
-                    f["size"].as_u64().unwrap(),
-                    f["sha256"].as_str().unwrap().to_string(),
-                ),
-            )
-        })
-        .collect();
-    assert_eq!(on_disk, listed, "the stage differs from its manifest");
-    assert!(listed.len() as u64 <= max_files);
-    let total: u64 = listed.values().map(|(s, _)| s).sum();
-    assert!(total <= max_total, "{total} bytes staged over the cap");
-    assert_eq!(manifest["bytes"], total);
-    assert_no_half_stage(home);
-    listed.into_keys().collect()
-}
-
-/// The untrusted policy's caps, for [`assert_stage_allowed`].
-pub fn assert_untrusted_stage(g: &Golem, staged: &str) -> Vec<String> {
-    let out = untrusted().output;
-    assert_stage_allowed(
-        &g.home,
-        staged,
-        out.max_files,
-        out.max_file_bytes.bytes(),
-        out.max_total_bytes.bytes(),
-    )
-}
-
-/// Runs `probe` (and the witness checks every probe test shares): returns the run and probe.json.
-fn probe(g: &Golem, adjust: impl FnOnce(&mut Command)) -> (Run, Value, String) {
-    let input = g.file("in/doc.txt", "evidence");
-    let witness = HostWitness::take(g);
-    let run = hostile_with(g, &[input.to_str().unwrap()], &["probe"], adjust);
-    run.assert_status("staged", 0);
+/// Runs the hostile worker's `probe` mode (`run` carries its input and environment) and checks
+/// what every probe shares: staged, only the probe's own evidence, and taken inside a
+/// container. Returns the run, probe.json and its text.
+fn probe(g: &Golem, run: RunBuilder) -> (Run, Value, String) {
+    let run = run.hostile(["probe"]).expect(Status::Staged);
     assert_eq!(
         assert_untrusted_stage(g, &run.staged()),
         ["probe.json"],
@@ -389,198 +53,209 @@ fn probe(g: &Golem, adjust: impl FnOnce(&mut Command)) -> (Run, Value, String) {
     let text = std::fs::read_to_string(g.staged_files(&run.staged()).join("probe.json")).unwrap();
     let value: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["in_container"], true);
-    witness.assert_unchanged();
-    g.assert_clean();
     (run, value, text)
 }
 
-fn errno(v: &Value) -> Option<i64> {
-    v["errno"].as_i64()
+/// The one input every probe gets.
+fn probe_input(g: &Golem) -> PathBuf {
+    g.file("in/doc.txt", "evidence")
+}
+
+/// `try-read`/`try-write` followed by the paths to try.
+fn try_mode<'a>(mode: &'a str, paths: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    std::iter::once(mode).chain(paths).collect()
 }
 
 // ------------------------------------------------------------------------------------ network
 
-/// Attacks `network: none`: plan.rs `build` (network = the policy's mode unless --allow-network
-/// where allowed), container.rs `worker_body` (`network_mode` and
-/// `network_disabled`). With a network, the probe would see an interface other than `lo` and
-/// refuse to send, so `attempted` would be false.
-#[test]
-fn tcp_egress_fails_inside_the_kernel() {
-    let g = Golem::new();
-    let (run, p, _) = probe(&g, |_| {});
-    assert_eq!(p["interfaces"]["names"], serde_json::json!(["lo"]));
-    assert_eq!(p["interfaces"]["proc_net_dev"], serde_json::json!(["lo"]));
-    let attempts = p["tcp_egress"].as_array().expect("tcp attempts");
-    assert_eq!(attempts.len(), 2, "{attempts:?}");
-    for a in attempts {
-        assert_eq!(a["attempted"], true, "{a}");
-        assert_eq!(a["ok"], false, "{a}");
-        assert_eq!(errno(a), Some(ENETUNREACH), "{a}");
+attack! {
+    /// Attacks `network: none`: plan.rs `build` (network = the policy's mode unless
+    /// --allow-network where allowed), container.rs `worker_body` (`network_mode` and
+    /// `network_disabled`). With a network, the probe would see an interface other than `lo`
+    /// and refuse to send, so `attempted` would be false.
+    fn tcp_egress_fails_inside_the_kernel(g)
+    given { let input = probe_input(&g); }
+    {
+        let (run, p, _) = probe(&g, g.run().input(&input));
+        assert_eq!(p["interfaces"]["names"], json!(["lo"]));
+        assert_eq!(p["interfaces"]["proc_net_dev"], json!(["lo"]));
+        let attempts = p["tcp_egress"].as_array().expect("tcp attempts");
+        assert_eq!(attempts.len(), 2, "{attempts:?}");
+        for a in attempts {
+            assert_eq!(a["attempted"], true, "{a}");
+            assert_eq!(a["ok"], false, "{a}");
+            assert_eq!(errno(a), Some(ENETUNREACH), "{a}");
+        }
+        assert_eq!(audited_plan(&g, &run.session())["network"], "none");
     }
-    assert_eq!(audited_plan(&g, &run.session())["network"], "none");
 }
 
-/// Attacks `network: none` (as above) with UDP, which needs no handshake to leak a datagram.
-#[test]
-fn udp_egress_fails_inside_the_kernel() {
-    let g = Golem::new();
-    let (_, p, _) = probe(&g, |_| {});
-    let udp = &p["udp_egress"];
-    assert_eq!(udp["attempted"], true, "{udp}");
-    assert_eq!(udp["send"]["ok"], false, "{udp}");
-    assert_eq!(errno(&udp["send"]), Some(ENETUNREACH), "{udp}");
+attack! {
+    /// Attacks `network: none` (as above) with UDP, which needs no handshake to leak a datagram.
+    fn udp_egress_fails_inside_the_kernel(g)
+    given { let input = probe_input(&g); }
+    {
+        let (_, p, _) = probe(&g, g.run().input(&input));
+        let udp = &p["udp_egress"];
+        assert_eq!(udp["attempted"], true, "{udp}");
+        assert_eq!(udp["send"]["ok"], false, "{udp}");
+        assert_eq!(errno(&udp["send"]), Some(ENETUNREACH), "{udp}");
+    }
 }
 
-/// Attacks `network: none` (as above): no name resolves, and the container's resolv.conf names
-/// none of the host's nameservers. (container.rs `worker_body` also sets
-/// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway, so
-/// removing that setting alone does not change what this test sees.)
-#[test]
-fn dns_resolves_nothing_and_reveals_no_host_nameserver() {
-    let g = Golem::new();
-    let (_, p, _) = probe(&g, |_| {});
-    assert_eq!(p["dns"]["attempted"], true, "{}", p["dns"]);
-    assert_eq!(p["dns"]["ok"], false, "{}", p["dns"]);
-    let resolv = p["host_paths"]["/etc/resolv.conf"]["content"]
-        .as_str()
-        .unwrap_or("");
-    for line in resolv.lines() {
-        if let Some(ns) = line.trim().strip_prefix("nameserver") {
-            assert_eq!(ns.trim(), "127.0.0.1", "resolv.conf: {resolv}");
+attack! {
+    /// Attacks `network: none` (as above): no name resolves, and the container's resolv.conf
+    /// names none of the host's nameservers. (container.rs `worker_body` also sets
+    /// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway,
+    /// so removing that setting alone does not change what this test sees.)
+    fn dns_resolves_nothing_and_reveals_no_host_nameserver(g)
+    given { let input = probe_input(&g); }
+    {
+        let (_, p, _) = probe(&g, g.run().input(&input));
+        assert_eq!(p["dns"]["attempted"], true, "{}", p["dns"]);
+        assert_eq!(p["dns"]["ok"], false, "{}", p["dns"]);
+        let resolv = p["host_paths"]["/etc/resolv.conf"]["content"]
+            .as_str()
+            .unwrap_or("");
+        for line in resolv.lines() {
+            if let Some(ns) = line.trim().strip_prefix("nameserver") {
+                assert_eq!(ns.trim(), "127.0.0.1", "resolv.conf: {resolv}");
+            }
+        }
+        let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        for ns in host
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("nameserver"))
+            .map(str::trim)
+            .filter(|ns| *ns != "127.0.0.1")
+        {
+            assert!(!resolv.contains(ns), "host nameserver {ns} leaked: {resolv}");
         }
     }
-    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    for ns in host
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("nameserver"))
-        .map(str::trim)
-        .filter(|ns| *ns != "127.0.0.1")
-    {
-        assert!(
-            !resolv.contains(ns),
-            "host nameserver {ns} leaked: {resolv}"
-        );
-    }
 }
 
-/// Attacks `network: none` from the side of the host: no route at all, so neither the Docker
-/// bridge's gateway (the host) nor its Docker API or SSH ports can be reached.
-#[test]
-fn the_default_gateway_and_the_hosts_ports_are_unreachable() {
-    let g = Golem::new();
-    let (_, p, _) = probe(&g, |_| {});
-    let gw = &p["gateway"];
-    assert_eq!(gw["routes"], serde_json::json!([]), "{gw}");
-    assert_eq!(gw["default_routes"], serde_json::json!([]), "{gw}");
-    let connects = gw["connect"].as_array().expect("gateway attempts");
-    assert_eq!(connects.len(), 2, "{gw}");
-    for c in connects {
-        assert_eq!(
-            (c["attempted"].as_bool(), c["ok"].as_bool()),
-            (Some(true), Some(false)),
-            "{c}"
-        );
-        assert_eq!(errno(c), Some(ENETUNREACH), "{c}");
+attack! {
+    /// Attacks `network: none` from the side of the host: no route at all, so neither the
+    /// Docker bridge's gateway (the host) nor its Docker API or SSH ports can be reached.
+    fn the_default_gateway_and_the_hosts_ports_are_unreachable(g)
+    given { let input = probe_input(&g); }
+    {
+        let (_, p, _) = probe(&g, g.run().input(&input));
+        let gw = &p["gateway"];
+        assert_eq!(gw["routes"], json!([]), "{gw}");
+        assert_eq!(gw["default_routes"], json!([]), "{gw}");
+        let connects = gw["connect"].as_array().expect("gateway attempts");
+        assert_eq!(connects.len(), 2, "{gw}");
+        for c in connects {
+            assert_eq!(
+                (c["attempted"].as_bool(), c["ok"].as_bool()),
+                (Some(true), Some(false)),
+                "{c}"
+            );
+            assert_eq!(errno(c), Some(ENETUNREACH), "{c}");
+        }
     }
 }
 
 // ---------------------------------------------------------------------------- host filesystem
 
-/// Attacks "mounts come only from the plan": plan.rs `build` (binds) and container.rs
-/// `worker_body` (bind `Mount`s only from the plan). The engine's socket is never mounted.
-#[test]
-fn the_docker_socket_is_not_in_the_container() {
-    let g = Golem::new();
-    let (_, p, text) = probe(&g, |_| {});
-    for sock in ["/var/run/docker.sock", "/run/docker.sock"] {
-        let s = &p["docker_sock"][sock];
-        assert_eq!(s["exists"], false, "{sock}: {s}");
-        assert_eq!(s["connect"]["ok"], false, "{sock}: {s}");
-        assert_eq!(errno(&s["connect"]), Some(ENOENT), "{sock}: {s}");
+attack! {
+    /// Attacks "mounts come only from the plan": plan.rs `build` (binds) and container.rs
+    /// `worker_body` (bind `Mount`s only from the plan). The engine's socket is never mounted.
+    fn the_docker_socket_is_not_in_the_container(g)
+    given { let input = probe_input(&g); }
+    {
+        let (_, p, text) = probe(&g, g.run().input(&input));
+        for sock in ["/var/run/docker.sock", "/run/docker.sock"] {
+            let s = &p["docker_sock"][sock];
+            assert_eq!(s["exists"], false, "{sock}: {s}");
+            assert_eq!(s["connect"]["ok"], false, "{sock}: {s}");
+            assert_eq!(errno(&s["connect"]), Some(ENOENT), "{sock}: {s}");
+        }
+        let mounts = p["mountinfo"].as_str().expect("mountinfo");
+        assert!(!mounts.contains("docker.sock") && !text.contains("/var/run/docker.sock\\n"));
     }
-    let mounts = p["mountinfo"].as_str().expect("mountinfo");
-    assert!(!mounts.contains("docker.sock") && !text.contains("/var/run/docker.sock\\n"));
 }
 
-/// Attacks the same: nothing of the host is visible but the input, read-only. The root holds
-/// only what the scratch image and the plan put there; /etc/shadow, /var/lib/docker, /root and
-/// the host's project and state directories do not exist inside.
-#[test]
-fn host_paths_that_were_not_mounted_cannot_be_read() {
-    let g = Golem::new();
-    g.file("in/doc.txt", "evidence");
-    g.file("neighbour.txt", "secret neighbour");
-    let witness = HostWitness::take(&g);
-    let project = g.project.path().display().to_string();
-    let home = g.home.display().to_string();
-    let paths = [
-        "/etc/shadow".to_string(),
-        "/etc/passwd".to_string(),
-        "/root".to_string(),
-        "/home".to_string(),
-        "/var/lib/docker".to_string(),
-        "/proc/1/root/etc/shadow".to_string(),
-        "/sys/fs/cgroup/../../../etc/shadow".to_string(),
-        format!("{project}/neighbour.txt"),
-        project.clone(),
-        home.clone(),
-        format!("{home}/audit.jsonl"),
-        "/etc/hostname".to_string(),
-        "/".to_string(),
-    ];
-    let mut mode = vec!["try-read"];
-    mode.extend(paths.iter().map(String::as_str));
-    let input = g.project.path().join("in/doc.txt");
-    let run = hostile(&g, &[input.to_str().unwrap()], &mode);
-    run.assert_status("staged", 0);
-    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["reads.json"]);
-    let reads = staged_json(&g, &run, "reads.json");
-    for path in &paths[..11] {
-        let r = &reads[path.as_str()];
-        assert_eq!(r["exists"], false, "{path} is visible: {r}");
-        // PID 1 is golem-orch's init, which is not dumpable: its root is not even reachable.
-        let errno = if path.starts_with("/proc/1/") {
-            EACCES
-        } else {
-            ENOENT
-        };
-        assert_eq!(r["stat_errno"], errno, "{path}: {r}");
+attack! {
+    /// Attacks the same: nothing of the host is visible but the input, read-only. The root
+    /// holds only what the scratch image and the plan put there; /etc/shadow, /var/lib/docker,
+    /// /root and the host's project and state directories do not exist inside.
+    fn host_paths_that_were_not_mounted_cannot_be_read(g)
+    given {
+        let input = probe_input(&g);
+        g.file("neighbour.txt", "secret neighbour");
     }
-    // The container's own files, not the host's.
-    assert_eq!(reads["/etc/hostname"]["content"], "golem\n");
-    // The init's mount point is random per session: `.golem-init-` and 32 hex digits.
-    let root: Vec<&str> = reads["/"]["listing"]
-        .as_array()
-        .expect("root listing")
-        .iter()
-        .filter_map(Value::as_str)
-        .map(|name| match name.strip_prefix(".golem-init-") {
-            Some(hex) if hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                ".golem-init-<random>"
-            }
-            _ => name,
-        })
-        .collect();
-    assert_eq!(
-        root,
-        [
-            ".dockerenv",
-            ".golem-init-<random>",
-            "dev",
-            "etc",
-            "hostile-worker",
-            "input",
-            "output",
-            "proc",
-            "sys",
-            "tmp"
-        ],
-        "the root holds something the plan did not put there"
-    );
-    let text = reads.to_string();
-    assert!(!text.contains("secret neighbour") && !text.contains("root:"));
-    witness.assert_unchanged();
-    g.assert_clean();
+    {
+        let project = g.project.path().display().to_string();
+        let home = g.home.display().to_string();
+        let paths = [
+            "/etc/shadow".to_string(),
+            "/etc/passwd".to_string(),
+            "/root".to_string(),
+            "/home".to_string(),
+            "/var/lib/docker".to_string(),
+            "/proc/1/root/etc/shadow".to_string(),
+            "/sys/fs/cgroup/../../../etc/shadow".to_string(),
+            format!("{project}/neighbour.txt"),
+            project.clone(),
+            home.clone(),
+            format!("{home}/audit.jsonl"),
+            "/etc/hostname".to_string(),
+            "/".to_string(),
+        ];
+        let run = g
+            .run()
+            .input(&input)
+            .hostile(try_mode("try-read", paths.iter().map(String::as_str)))
+            .expect(Status::Staged);
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["reads.json"]);
+        let reads = staged_json(&g, &run, "reads.json");
+        for path in &paths[..11] {
+            let r = &reads[path.as_str()];
+            assert_eq!(r["exists"], false, "{path} is visible: {r}");
+            // PID 1 is golem-orch's init, which is not dumpable: its root is not even reachable.
+            let errno = if path.starts_with("/proc/1/") {
+                EACCES
+            } else {
+                ENOENT
+            };
+            assert_eq!(r["stat_errno"], errno, "{path}: {r}");
+        }
+        // The container's own files, not the host's.
+        assert_eq!(reads["/etc/hostname"]["content"], "golem\n");
+        // The init's mount point is random per session: `.golem-init-` and 32 hex digits.
+        let root: Vec<&str> = reads["/"]["listing"]
+            .as_array()
+            .expect("root listing")
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|name| match name.strip_prefix(".golem-init-") {
+                Some(hex) if hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    ".golem-init-<random>"
+                }
+                _ => name,
+            })
+            .collect();
+        assert_eq!(
+            root,
+            [
+                ".dockerenv",
+                ".golem-init-<random>",
+                "dev",
+                "etc",
+                "hostile-worker",
+                "input",
+                "output",
+                "proc",
+                "sys",
+                "tmp"
+            ],
+            "the root holds something the plan did not put there"
+        );
+        let text = reads.to_string();
+        assert!(!text.contains("secret neighbour") && !text.contains("root:"));
+    }
 }
 
 /// Attacks plan.rs `build` (`/input` bind `read_only: true`, whatever the policy says, since
@@ -588,6 +263,8 @@ fn host_paths_that_were_not_mounted_cannot_be_read() {
 /// (`readonly_rootfs`, which also makes Docker mount its /etc/hosts, /etc/hostname and
 /// /etc/resolv.conf read-only). The errno must be EROFS: the mount refuses, not merely file
 /// modes (the input copy is root-owned 0644, which would give EACCES without the read-only mount).
+/// Not an [`attack!`]: `--keep` leaves the container by design, so the end removes it instead of
+/// asserting the engine clean.
 #[test]
 fn inputs_and_the_root_filesystem_are_read_only() {
     let g = Golem::new();
@@ -607,11 +284,13 @@ fn inputs_and_the_root_filesystem_are_read_only() {
         "/etc/hostname",
         "/etc/resolv.conf",
     ];
-    let mut mode = vec!["try-write"];
-    mode.extend(targets);
     // --keep: the input copy is otherwise removed when the session ends.
-    let run = hostile(&g, &["--keep", input.to_str().unwrap()], &mode);
-    run.assert_status("staged", 0);
+    let run = g
+        .run()
+        .flags(["--keep"])
+        .input(&input)
+        .hostile(try_mode("try-write", targets))
+        .expect(Status::Staged);
     assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["writes.json"]);
     let writes = staged_json(&g, &run, "writes.json");
     for t in targets {
@@ -633,129 +312,115 @@ fn inputs_and_the_root_filesystem_are_read_only() {
 
 // ------------------------------------------------------------------------------- privileges
 
-/// Attacks the policy's non-root `user` (plan.rs `build` → `user`), container.rs
-/// `worker_body` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
-/// noexec,nosuid output tmpfs (plan.rs `Output::mount_options`): setuid(0) fails, every
-/// capability set is empty, no_new_privs is set, and a setuid file cannot even be executed.
-#[test]
-fn the_worker_cannot_become_root_or_gain_capabilities() {
-    let g = Golem::new();
-    let (run, p, _) = probe(&g, |_| {});
-    // The session's own uid/gid from golem-orch's reserved range (worker_uid), never root.
-    let me = p["uid"].as_i64().expect("uid");
-    assert!(
-        golem_orch::worker_uid::is_session_id(me as u32),
-        "uid {me} is not a per-session uid"
-    );
-    assert_eq!(
-        (p["uid"].as_i64(), p["euid"].as_i64()),
-        (Some(me), Some(me))
-    );
-    assert_eq!(
-        (p["gid"].as_i64(), p["egid"].as_i64()),
-        (Some(me), Some(me))
-    );
-    let su = &p["setuid_root"];
-    assert_eq!(errno(&su["setuid"]), Some(EPERM), "{su}");
-    assert_eq!(errno(&su["setgid"]), Some(EPERM), "{su}");
-    assert_eq!(
-        (su["uid_after"].as_i64(), su["euid_after"].as_i64()),
-        (Some(me), Some(me))
-    );
-    for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
-        assert_eq!(p[set], "0000000000000000", "{set}");
-    }
-    assert_eq!(p["no_new_privs"], "1");
-    // Seccomp is on (mode 2, filter): the engine's default profile.
-    assert_eq!(p["seccomp"], "2");
-    // Writable places are noexec: nothing planted can be run, setuid or not.
-    for place in ["can_write_tmp_and_exec", "can_write_output_and_exec"] {
-        assert_eq!(p[place]["write"]["ok"], true, "{place}: {}", p[place]);
-        assert_eq!(p[place]["exec"]["ok"], false, "{place}: {}", p[place]);
-    }
-    let plan = audited_plan(&g, &run.session());
-    assert_eq!(plan["user"], format!("{me}:{me}"));
-    assert_eq!(plan["cap_drop"], serde_json::json!(["ALL"]));
-}
-
-/// Attacks the engine's defaults that golem-orch relies on and never loosens: no
-/// `privileged` (container.rs `worker_body` sets `privileged: false`), no added
-/// capabilities (Docker's default set has no `CAP_SYS_ADMIN` even before `cap_drop: [ALL]`), and
-/// the default seccomp profile (no `security_opt` disables it). mount(2), a new user namespace
-/// (which would hand the worker capabilities inside it) and tracing PID 1 are all refused.
-#[test]
-fn mount_user_namespaces_and_ptrace_of_pid1_are_refused() {
-    let g = Golem::new();
-    let (_, p, _) = probe(&g, |_| {});
-    assert_eq!(
-        errno(&p["mount_attempt"]["mount"]),
-        Some(EPERM),
-        "{}",
-        p["mount_attempt"]
-    );
-    assert_eq!(p["unshare_userns"]["ok"], false, "{}", p["unshare_userns"]);
-    assert_eq!(
-        p["ptrace_attempt"]["pid1"]["ok"], false,
-        "{}",
-        p["ptrace_attempt"]
-    );
-    assert_eq!(errno(&p["ptrace_attempt"]["pid1"]), Some(EPERM));
-    let mounts = p["mountinfo"].as_str().unwrap_or("");
-    assert!(!mounts.contains(" /tmp/m "), "the mount happened: {mounts}");
-}
-
-/// Attacks the init that carries the output out (worker-image `init`, bind-mounted read-only as
-/// PID 1 by plan.rs `INIT_TARGET_PREFIX`): the worker writes a complete forged tar to its own stdout,
-/// tries to open the init's stdout and memory, signals it with SIGTERM, SIGKILL and SIGSTOP, and
-/// leaves a detached process rewriting a file in /output after it exits. The forged archive
-/// lands in the logs, never in the stage; the init is neither reachable nor stopped; and the
-/// leftover process is killed before the archive is made, so the session ends at once.
-#[test]
-fn the_worker_cannot_forge_the_archive_or_outlive_the_init() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["forge-archive"]);
-    run.assert_status("staged", 0);
-    let steps = worker_report(&g.home, &run.session(), "forge-archive")["steps"].clone();
-    assert_eq!(steps["forged tar on stdout"]["ok"], true, "{steps}");
-    for step in ["open /proc/1/fd/1", "open /proc/1/mem"] {
-        assert_eq!(steps[step]["ok"], false, "{step} succeeded: {steps}");
+attack! {
+    /// Attacks the policy's non-root `user` (plan.rs `build` → `user`), container.rs
+    /// `worker_body` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
+    /// noexec,nosuid output tmpfs (plan.rs `Output::mount_options`): setuid(0) fails, every
+    /// capability set is empty, no_new_privs is set, and a setuid file cannot even be executed.
+    fn the_worker_cannot_become_root_or_gain_capabilities(g)
+    given { let input = probe_input(&g); }
+    {
+        let (run, p, _) = probe(&g, g.run().input(&input));
+        // The session's own uid/gid from golem-orch's reserved range (worker_uid), never root.
+        let me = p["uid"].as_i64().expect("uid");
         assert!(
-            matches!(errno(&steps[step]), Some(EACCES | EPERM)),
-            "{step}: {steps}"
+            golem_orch::worker_uid::is_session_id(me as u32),
+            "uid {me} is not a per-session uid"
         );
+        assert_eq!((p["uid"].as_i64(), p["euid"].as_i64()), (Some(me), Some(me)));
+        assert_eq!((p["gid"].as_i64(), p["egid"].as_i64()), (Some(me), Some(me)));
+        let su = &p["setuid_root"];
+        assert_eq!(errno(&su["setuid"]), Some(EPERM), "{su}");
+        assert_eq!(errno(&su["setgid"]), Some(EPERM), "{su}");
+        assert_eq!(
+            (su["uid_after"].as_i64(), su["euid_after"].as_i64()),
+            (Some(me), Some(me))
+        );
+        for set in ["cap_eff", "cap_prm", "cap_inh", "cap_bnd", "cap_amb"] {
+            assert_eq!(p[set], "0000000000000000", "{set}");
+        }
+        assert_eq!(p["no_new_privs"], "1");
+        // Seccomp is on (mode 2, filter): the engine's default profile.
+        assert_eq!(p["seccomp"], "2");
+        // Writable places are noexec: nothing planted can be run, setuid or not.
+        for place in ["can_write_tmp_and_exec", "can_write_output_and_exec"] {
+            assert_eq!(p[place]["write"]["ok"], true, "{place}: {}", p[place]);
+            assert_eq!(p[place]["exec"]["ok"], false, "{place}: {}", p[place]);
+        }
+        let plan = audited_plan(&g, &run.session());
+        assert_eq!(plan["user"], format!("{me}:{me}"));
+        assert_eq!(plan["cap_drop"], json!(["ALL"]));
     }
-    let state = steps["pid 1 state after signals"].as_str().unwrap_or("?");
-    assert!(
-        state == "S" || state == "R",
-        "the init was stopped or killed: {steps}"
-    );
-    // Signals 1-31 are all dropped by the kernel (glibc's internal 33 checks its sender).
-    let caught = steps["pid 1 caught signals"].as_str().unwrap_or("?");
-    let caught = u64::from_str_radix(caught, 16).expect("SigCgt mask");
-    assert_eq!(
-        caught & ((1 << 31) - 1),
-        0,
-        "the init catches signals: {steps}"
-    );
-    assert_eq!(steps["late writer started"], true, "{steps}");
-    let files = assert_untrusted_stage(&g, &run.staged());
-    assert_eq!(
-        files,
-        ["late.txt", "ok.txt"],
-        "the forged evil.txt was staged"
-    );
-    let late = std::fs::read_to_string(g.staged_files(&run.staged()).join("late.txt")).unwrap();
-    assert!(
-        late.is_empty() || (late.len() == 2 && late.ends_with('\n')),
-        "{late:?}"
-    );
-    let logs =
-        std::fs::read_to_string(g.home.join("sessions").join(run.session()).join("logs.txt"))
-            .unwrap();
-    assert!(logs.contains("forged by the worker"), "{logs}");
-    witness.assert_unchanged();
-    g.assert_clean();
+}
+
+attack! {
+    /// Attacks the engine's defaults that golem-orch relies on and never loosens: no
+    /// `privileged` (container.rs `worker_body` sets `privileged: false`), no added
+    /// capabilities (Docker's default set has no `CAP_SYS_ADMIN` even before `cap_drop: [ALL]`),
+    /// and the default seccomp profile (no `security_opt` disables it). mount(2), a new user
+    /// namespace (which would hand the worker capabilities inside it) and tracing PID 1 are all
+    /// refused.
+    fn mount_user_namespaces_and_ptrace_of_pid1_are_refused(g)
+    given { let input = probe_input(&g); }
+    {
+        let (_, p, _) = probe(&g, g.run().input(&input));
+        assert_eq!(
+            errno(&p["mount_attempt"]["mount"]),
+            Some(EPERM),
+            "{}",
+            p["mount_attempt"]
+        );
+        assert_eq!(p["unshare_userns"]["ok"], false, "{}", p["unshare_userns"]);
+        assert_eq!(
+            p["ptrace_attempt"]["pid1"]["ok"], false,
+            "{}",
+            p["ptrace_attempt"]
+        );
+        assert_eq!(errno(&p["ptrace_attempt"]["pid1"]), Some(EPERM));
+        let mounts = p["mountinfo"].as_str().unwrap_or("");
+        assert!(!mounts.contains(" /tmp/m "), "the mount happened: {mounts}");
+    }
+}
+
+attack! {
+    /// Attacks the init that carries the output out (worker-image `init`, bind-mounted read-only
+    /// as PID 1 by plan.rs `INIT_TARGET_PREFIX`): the worker writes a complete forged tar to its
+    /// own stdout, tries to open the init's stdout and memory, signals it with SIGTERM, SIGKILL
+    /// and SIGSTOP, and leaves a detached process rewriting a file in /output after it exits.
+    /// The forged archive lands in the logs, never in the stage; the init is neither reachable
+    /// nor stopped; and the leftover process is killed before the archive is made, so the
+    /// session ends at once.
+    fn the_worker_cannot_forge_the_archive_or_outlive_the_init(g) {
+        let run = g.run().hostile(["forge-archive"]).expect(Status::Staged);
+        let steps = worker_report(&g.home, &run.session(), "forge-archive")["steps"].clone();
+        assert_eq!(steps["forged tar on stdout"]["ok"], true, "{steps}");
+        for step in ["open /proc/1/fd/1", "open /proc/1/mem"] {
+            assert_eq!(steps[step]["ok"], false, "{step} succeeded: {steps}");
+            assert!(
+                matches!(errno(&steps[step]), Some(EACCES | EPERM)),
+                "{step}: {steps}"
+            );
+        }
+        let state = steps["pid 1 state after signals"].as_str().unwrap_or("?");
+        assert!(
+            state == "S" || state == "R",
+            "the init was stopped or killed: {steps}"
+        );
+        // Signals 1-31 are all dropped by the kernel (glibc's internal 33 checks its sender).
+        let caught = steps["pid 1 caught signals"].as_str().unwrap_or("?");
+        let caught = u64::from_str_radix(caught, 16).expect("SigCgt mask");
+        assert_eq!(caught & ((1 << 31) - 1), 0, "the init catches signals: {steps}");
+        assert_eq!(steps["late writer started"], true, "{steps}");
+        let files = assert_untrusted_stage(&g, &run.staged());
+        assert_eq!(files, ["late.txt", "ok.txt"], "the forged evil.txt was staged");
+        let late = std::fs::read_to_string(g.staged_files(&run.staged()).join("late.txt")).unwrap();
+        assert!(
+            late.is_empty() || (late.len() == 2 && late.ends_with('\n')),
+            "{late:?}"
+        );
+        let logs = session_logs(&g.home, &run.session());
+        assert!(logs.contains("forged by the worker"), "{logs}");
+    }
 }
 
 /// The hostile image again, now declaring a HEALTHCHECK that plants a file in /output every
@@ -778,335 +443,275 @@ fn image_with_a_healthcheck() -> &'static str {
     TAG
 }
 
-#[test]
-fn an_images_healthcheck_never_runs_beside_the_worker() {
-    let g = Golem::new();
-    let image = image_with_a_healthcheck();
-    let out = run_bounded(
-        g.cmd(["run", "--json", "--image", image, "--", "sleep", "4"]),
-        HANG_GUARD,
-    );
-    let run = parse_run(&out);
-    run.assert_status("staged", 0);
-    let files = assert_untrusted_stage(&g, &run.staged());
-    assert!(
-        files.is_empty(),
-        "the healthcheck ran and planted {files:?}"
-    );
-    g.assert_clean();
+attack! {
+    /// Attacks container.rs `worker_body`'s `healthcheck: NONE` with an image that declares one
+    /// (see [`image_with_a_healthcheck`]): nothing is planted in /output while the worker sleeps.
+    fn an_images_healthcheck_never_runs_beside_the_worker(g) {
+        let run = g
+            .run()
+            .image(image_with_a_healthcheck())
+            .args(["sleep", "4"])
+            .expect(Status::Staged);
+        let files = assert_untrusted_stage(&g, &run.staged());
+        assert!(files.is_empty(), "the healthcheck ran and planted {files:?}");
+    }
 }
 
-/// Attacks the PID namespace every container gets (container.rs `worker_body` never sets
-/// `pid_mode`) and the shared uid 65534: another session's worker, running as the same uid at
-/// the same time, is not even visible, so it can be neither signalled nor traced. The worker
-/// sees only itself and its own init, which it cannot trace either.
-#[test]
-fn another_sessions_worker_cannot_be_seen_signalled_or_traced() {
-    let victim = Golem::new();
-    let mut victim_run = ChildGuard(Some(
-        victim
-            .cmd([
-                "run",
-                "--json",
-                "--image",
-                hostile_image(),
-                "--",
-                "sleep",
-                "300",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the victim"),
-    ));
-    assert!(
-        wait_until(Duration::from_secs(120), || victim.running_workers() == 1),
-        "the victim's worker never started"
-    );
+attack! {
+    /// Attacks the PID namespace every container gets (container.rs `worker_body` never sets
+    /// `pid_mode`) and the shared uid 65534: another session's worker, running as the same uid
+    /// at the same time, is not even visible, so it can be neither signalled nor traced. The
+    /// worker sees only itself and its own init, which it cannot trace either.
+    fn another_sessions_worker_cannot_be_seen_signalled_or_traced(g) {
+        let victim = Golem::new();
+        let victim_run = victim
+            .spawn(victim.run().hostile(["sleep", "300"]))
+            .wait_workers(1);
 
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["procs"]);
-    run.assert_status("staged", 0);
-    // hostile-worker only looks at other processes as its container's PID 1; anything else
-    // means it shares a PID namespace with something.
-    let report = worker_report(&g.home, &run.session(), "procs");
-    assert!(
-        report["error"].is_null(),
-        "the worker is not PID 1 of its own PID namespace: {report}"
-    );
-    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["procs.json"]);
-    let procs = staged_json(&g, &run, "procs.json");
-    let list = procs["processes"].as_array().expect("process list");
-    assert_eq!(
-        list.len(),
-        2,
-        "the worker sees processes other than itself and its init: {procs}"
-    );
-    let init = &list[0];
-    assert_eq!(
-        (&init["pid"], &init["self"]),
-        (&json!(1), &json!(false)),
-        "{procs}"
-    );
-    // comm keeps 15 bytes of the random `/.golem-init-<hex>`.
-    let comm = init["comm"].as_str().unwrap_or("");
-    assert!(comm.starts_with(".golem-init-"), "{procs}");
-    assert!(init["cmdline"]
-        .as_str()
-        .is_some_and(|c| c.contains(" init --pid1 ")));
-    assert_eq!(errno(&init["ptrace_seize"]), Some(EPERM), "{procs}");
-    assert_eq!(list[1]["self"], true);
-    assert!(!procs.to_string().contains("sleep 300"));
+        let run = g.run().hostile(["procs"]).expect(Status::Staged);
+        // hostile-worker only looks at other processes as its container's PID 1; anything else
+        // means it shares a PID namespace with something.
+        let report = worker_report(&g.home, &run.session(), "procs");
+        assert!(
+            report["error"].is_null(),
+            "the worker is not PID 1 of its own PID namespace: {report}"
+        );
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["procs.json"]);
+        let procs = staged_json(&g, &run, "procs.json");
+        let list = procs["processes"].as_array().expect("process list");
+        assert_eq!(
+            list.len(),
+            2,
+            "the worker sees processes other than itself and its init: {procs}"
+        );
+        let init = &list[0];
+        assert_eq!((&init["pid"], &init["self"]), (&json!(1), &json!(false)), "{procs}");
+        // comm keeps 15 bytes of the random `/.golem-init-<hex>`.
+        let comm = init["comm"].as_str().unwrap_or("");
+        assert!(comm.starts_with(".golem-init-"), "{procs}");
+        assert!(init["cmdline"]
+            .as_str()
+            .is_some_and(|c| c.contains(" init --pid1 ")));
+        assert_eq!(errno(&init["ptrace_seize"]), Some(EPERM), "{procs}");
+        assert_eq!(list[1]["self"], true);
+        assert!(!procs.to_string().contains("sleep 300"));
 
-    let victim_child = victim_run.0.take().expect("victim");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(victim_child.id() as i32, libc::SIGINT) };
-    let out = victim_child.wait_with_output().expect("victim");
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    witness.assert_unchanged();
-    g.assert_clean();
-    victim.assert_clean();
+        let out = victim_run.signal(libc::SIGINT).output();
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        victim.assert_clean();
+    }
 }
 
 // ---------------------------------------------------------------------------- the output
 
-/// Attacks extract.rs `extract` (only regular files and directories leave) and the audit of
-/// every refusal (session.rs `steps`, `entry.rejected`). session.rs checks the reasons in the
-/// manifest; this names every refusal in the audit log, the socket the worker made included
-/// (the init lists it as an entry it could not archive).
-#[test]
-fn links_fifos_setuid_files_and_sockets_are_refused_and_audited_by_name() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["symlinks"]);
-    run.assert_status("staged", 0);
-    let report = worker_report(&g.home, &run.session(), "symlinks");
-    for step in ["passwd -> /etc/passwd", "root -> /", "fifo", "sock"] {
+attack! {
+    /// Attacks extract.rs `extract` (only regular files and directories leave) and the audit of
+    /// every refusal (session.rs `steps`, `entry.rejected`). session.rs checks the reasons in the
+    /// manifest; this names every refusal in the audit log, the socket the worker made included
+    /// (the init lists it as an entry it could not archive).
+    fn links_fifos_setuid_files_and_sockets_are_refused_and_audited_by_name(g) {
+        let run = g.run().hostile(["symlinks"]).expect(Status::Staged);
+        let report = worker_report(&g.home, &run.session(), "symlinks");
+        for step in ["passwd -> /etc/passwd", "root -> /", "fifo", "sock"] {
+            assert_eq!(
+                report["steps"][step]["ok"], true,
+                "the worker could not even try {step}: {report}"
+            );
+        }
+        assert_eq!(report["steps"]["suid"]["mode"], "4755", "{report}");
+        let staged = assert_untrusted_stage(&g, &run.staged());
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        assert!(staged == ["ok.txt"] || staged == ["hard"], "{staged:?}");
+        let audited = audited_rejections(&g, &run.session());
+        let reason = |name: &str| {
+            audited
+                .iter()
+                .find(|(p, _)| p == &format!("output/{name}"))
+                .map(|(_, r)| r.as_str())
+                .unwrap_or_else(|| panic!("output/{name} not audited: {audited:?}"))
+        };
+        assert_eq!(reason("passwd"), "symlink to /etc/passwd");
+        assert_eq!(reason("root"), "symlink to /");
+        assert_eq!(reason("fifo"), "fifo");
+        assert_eq!(reason("suid"), "setuid bit");
+        let hard = if staged == ["ok.txt"] { "hard" } else { "ok.txt" };
+        assert!(reason(hard).starts_with("hard link to"), "{audited:?}");
+        // tar has no type for a socket: the init names it as an entry it could not archive.
         assert_eq!(
-            report["steps"][step]["ok"], true,
-            "the worker could not even try {step}: {report}"
+            reason("sock"),
+            "not archived by the init: a socket (tar has no type for it)"
+        );
+        assert_eq!(audited.len(), 6, "{audited:?}");
+        assert_eq!(run.rejected, 6);
+        assert_eq!(run.json["rejected"], 6);
+    }
+}
+
+attack! {
+    /// Attacks the output mount (container.rs `worker_body`: /output is a tmpfs mount point the
+    /// worker cannot remove, rename or replace) and extract.rs `check_root_entry` (an archive
+    /// whose first entry is not the /output directory is refused whole). Every replacement fails
+    /// with the kernel's errno, the symlinks left inside are refused by name, and nothing
+    /// escapes to the host.
+    fn replacing_the_output_directory_fails_and_nothing_escapes(g) {
+        let run = g.run().hostile(["replace-output"]).expect(Status::Staged);
+        let steps = worker_report(&g.home, &run.session(), "replace-output")["steps"].clone();
+        for step in [
+            "remove_dir output",
+            "rename output away",
+            "symlink output -> /",
+            "create output/../escaped",
+            "rename output/x to output/../x",
+            "write through output/x/pwned",
+        ] {
+            assert_eq!(steps[step]["ok"], false, "{step} succeeded: {steps}");
+        }
+        assert_eq!(steps["output after"]["is_symlink"], false, "{steps}");
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), Vec::<String>::new());
+        let mut audited = audited_rejections(&g, &run.session());
+        audited.sort();
+        assert_eq!(
+            audited,
+            [
+                ("output/up".to_string(), "symlink to ..".to_string()),
+                ("output/x".to_string(), "symlink to /".to_string()),
+            ]
         );
     }
-    assert_eq!(report["steps"]["suid"]["mode"], "4755", "{report}");
-    let staged = assert_untrusted_stage(&g, &run.staged());
-    assert_eq!(staged.len(), 1, "{staged:?}");
-    assert!(staged == ["ok.txt"] || staged == ["hard"], "{staged:?}");
-    let audited = audited_rejections(&g, &run.session());
-    let reason = |name: &str| {
-        audited
+}
+
+attack! {
+    /// Attacks extract.rs `parse_name` (UTF-8 only, no control characters, components of at
+    /// most `MAX_COMPONENT_BYTES`): each hostile name is refused with its reason, in the audit
+    /// log too.
+    fn non_utf8_overlong_and_newline_names_are_refused_with_their_reasons(g) {
+        let run = g.run().hostile(["names"]).expect(Status::Staged);
+        let steps = worker_report(&g.home, &run.session(), "names")["steps"].clone();
+        for step in ["invalid utf-8 name", "255-byte name", "newline in name"] {
+            assert_eq!(steps[step]["ok"], true, "the worker could not make {step}");
+        }
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
+        let audited = audited_rejections(&g, &run.session());
+        let (manifest, _) = g.json(["show", &run.staged(), "--json"]);
+        let in_manifest: Vec<(String, String)> = manifest["rejected"]
+            .as_array()
+            .unwrap()
             .iter()
-            .find(|(p, _)| p == &format!("output/{name}"))
-            .map(|(_, r)| r.as_str())
-            .unwrap_or_else(|| panic!("output/{name} not audited: {audited:?}"))
-    };
-    assert_eq!(reason("passwd"), "symlink to /etc/passwd");
-    assert_eq!(reason("root"), "symlink to /");
-    assert_eq!(reason("fifo"), "fifo");
-    assert_eq!(reason("suid"), "setuid bit");
-    let hard = if staged == ["ok.txt"] {
-        "hard"
-    } else {
-        "ok.txt"
-    };
-    assert!(reason(hard).starts_with("hard link to"), "{audited:?}");
-    // tar has no type for a socket: the init names it as an entry it could not archive.
-    assert_eq!(
-        reason("sock"),
-        "not archived by the init: a socket (tar has no type for it)"
-    );
-    assert_eq!(audited.len(), 6, "{audited:?}");
-    assert_eq!(run.json["rejected"], 6);
-    witness.assert_unchanged();
-    g.assert_clean();
-}
-
-/// Attacks the output mount (container.rs `worker_body`: /output is a tmpfs mount point the
-/// worker cannot remove, rename or replace) and extract.rs `check_root_entry` (an archive whose
-/// first entry is not the /output directory is refused whole). Every replacement fails with the
-/// kernel's errno, the symlinks left inside are refused by name, and nothing escapes to the host.
-#[test]
-fn replacing_the_output_directory_fails_and_nothing_escapes() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["replace-output"]);
-    run.assert_status("staged", 0);
-    let steps = worker_report(&g.home, &run.session(), "replace-output")["steps"].clone();
-    for step in [
-        "remove_dir output",
-        "rename output away",
-        "symlink output -> /",
-        "create output/../escaped",
-        "rename output/x to output/../x",
-        "write through output/x/pwned",
-    ] {
-        assert_eq!(steps[step]["ok"], false, "{step} succeeded: {steps}");
+            .map(|r| {
+                (
+                    r["path"].as_str().unwrap().to_string(),
+                    r["reason"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(audited, in_manifest, "the audit log and the manifest disagree");
+        let find = |needle: &str| {
+            audited
+                .iter()
+                .find(|(_, r)| r.contains(needle))
+                .unwrap_or_else(|| panic!("no rejection for {needle:?}: {audited:?}"))
+                .clone()
+        };
+        let (path, _) = find("name is not valid UTF-8");
+        assert!(path.starts_with("output/bad"), "{path}");
+        let (path, reason) = find("path component too long");
+        assert_eq!(reason, "path component too long: 255 bytes > 128");
+        assert_eq!(path, format!("output/{}", "n".repeat(255)));
+        let (path, reason) = find("control character");
+        assert_eq!(reason, "control character U+000A in name");
+        assert_eq!(
+            path, "output/new\\u{a}line",
+            "the name is shown escaped, on one line"
+        );
+        assert_eq!(audited.len(), 3, "{audited:?}");
     }
-    assert_eq!(steps["output after"]["is_symlink"], false, "{steps}");
-    assert_eq!(
-        assert_untrusted_stage(&g, &run.staged()),
-        Vec::<String>::new()
-    );
-    let mut audited = audited_rejections(&g, &run.session());
-    audited.sort();
-    assert_eq!(
-        audited,
-        [
-            ("output/up".to_string(), "symlink to ..".to_string()),
-            ("output/x".to_string(), "symlink to /".to_string()),
-        ]
-    );
-    witness.assert_unchanged();
-    g.assert_clean();
 }
 
-/// Attacks extract.rs `parse_name` (UTF-8 only, no control characters, components of at most
-/// `MAX_COMPONENT_BYTES`): each hostile name is refused with its reason, in the audit log too.
-#[test]
-fn non_utf8_overlong_and_newline_names_are_refused_with_their_reasons() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["names"]);
-    run.assert_status("staged", 0);
-    let steps = worker_report(&g.home, &run.session(), "names")["steps"].clone();
-    for step in ["invalid utf-8 name", "255-byte name", "newline in name"] {
-        assert_eq!(steps[step]["ok"], true, "the worker could not make {step}");
+attack! {
+    /// Attacks the tmpfs `nr_inodes` (plan.rs `build`: `max_files * 2 + 16`, applied by
+    /// `Output::mount_options`) and extract.rs's `max_files` check: with the untrusted
+    /// policy as shipped, 100,000 empty files (which cost no bytes, so `size=` cannot stop them)
+    /// are stopped by the kernel after a few hundred, and the output is rejected as a whole.
+    fn a_hundred_thousand_files_are_stopped_by_the_kernel_and_rejected_whole(g) {
+        let run = g
+            .run()
+            .hostile(["many", "100000", "empty"])
+            .expect(Status::Rejected);
+        run.assert_one_error_line("rejected");
+        let max_files = untrusted().output.max_files;
+        let too_many = format!("archive has more than {max_files} files");
+        assert!(run.stderr.contains(&too_many), "{}", run.stderr);
+        assert!(run.staged_id.is_none());
+        assert!(run.json["staged"].is_null());
+        let max_inodes = audited_plan(&g, &run.session())["output"]["max_inodes"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(max_inodes, max_files * 2 + 16);
+        let files = worker_report(&g.home, &run.session(), "many")["steps"]["files"].clone();
+        let created = files["created"].as_u64().unwrap();
+        assert!(
+            created < max_inodes,
+            "the kernel let {created} files through a {max_inodes}-inode output"
+        );
+        assert_eq!(errno(&files), Some(ENOSPC), "{files}");
+        assert!(g.staged().is_empty());
+        assert_no_half_stage(&g.home);
+        let rejected: Vec<Value> = audit_of(&g, &run.session())
+            .into_iter()
+            .filter(|r| r["event"] == "output.rejected")
+            .collect();
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0]["data"]["error"], too_many.as_str());
     }
-    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
-    let audited = audited_rejections(&g, &run.session());
-    let (manifest, _) = g.json(["show", &run.staged(), "--json"]);
-    let in_manifest: Vec<(String, String)> = manifest["rejected"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["path"].as_str().unwrap().to_string(),
-                r["reason"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        audited, in_manifest,
-        "the audit log and the manifest disagree"
-    );
-    let find = |needle: &str| {
-        audited
-            .iter()
-            .find(|(_, r)| r.contains(needle))
-            .unwrap_or_else(|| panic!("no rejection for {needle:?}: {audited:?}"))
-            .clone()
-    };
-    let (path, _) = find("name is not valid UTF-8");
-    assert!(path.starts_with("output/bad"), "{path}");
-    let (path, reason) = find("path component too long");
-    assert_eq!(reason, "path component too long: 255 bytes > 128");
-    assert_eq!(path, format!("output/{}", "n".repeat(255)));
-    let (path, reason) = find("control character");
-    assert_eq!(reason, "control character U+000A in name");
-    assert_eq!(
-        path, "output/new\\u{a}line",
-        "the name is shown escaped, on one line"
-    );
-    assert_eq!(audited.len(), 3, "{audited:?}");
-    witness.assert_unchanged();
-    g.assert_clean();
 }
 
-/// Attacks the tmpfs `nr_inodes` (plan.rs `build`: `max_files * 2 + 16`, applied by
-/// `Output::mount_options`) and extract.rs's `max_files` check: with the untrusted
-/// policy as shipped, 100,000 empty files (which cost no bytes, so `size=` cannot stop them)
-/// are stopped by the kernel after a few hundred, and the output is rejected as a whole.
-#[test]
-fn a_hundred_thousand_files_are_stopped_by_the_kernel_and_rejected_whole() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["many", "100000", "empty"]);
-    run.assert_status("rejected", 6);
-    run.assert_one_error_line("rejected");
-    let max_files = untrusted().output.max_files;
-    let too_many = format!("archive has more than {max_files} files");
-    assert!(run.stderr.contains(&too_many), "{}", run.stderr);
-    assert!(run.json["staged"].is_null());
-    let max_inodes = audited_plan(&g, &run.session())["output"]["max_inodes"]
-        .as_u64()
-        .unwrap();
-    assert_eq!(max_inodes, max_files * 2 + 16);
-    let files = worker_report(&g.home, &run.session(), "many")["steps"]["files"].clone();
-    let created = files["created"].as_u64().unwrap();
-    assert!(
-        created < max_inodes,
-        "the kernel let {created} files through a {max_inodes}-inode volume"
-    );
-    assert_eq!(errno(&files), Some(ENOSPC), "{files}");
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list, serde_json::json!([]));
-    assert_no_half_stage(&g.home);
-    let rejected: Vec<Value> = audit_of(&g, &run.session())
-        .into_iter()
-        .filter(|r| r["event"] == "output.rejected")
-        .collect();
-    assert_eq!(rejected.len(), 1);
-    assert_eq!(rejected[0]["data"]["error"], too_many.as_str());
-    witness.assert_unchanged();
-    g.assert_clean();
+attack! {
+    /// Attacks extract.rs `process_file`'s per-file cap with the shipped policy (8 MiB): the one
+    /// oversized file is refused by name in the audit log, the rest is staged.
+    fn one_file_over_the_cap_is_refused_by_name_and_the_rest_staged(g) {
+        let cap = untrusted().output.max_file_bytes.bytes();
+        let over = (cap + 1).to_string();
+        let run = g.run().hostile(["bigfile", &over]).expect(Status::Staged);
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
+        assert_eq!(
+            audited_rejections(&g, &run.session()),
+            [(
+                "output/big".to_string(),
+                format!("file too large: {over} bytes > cap {cap}")
+            )]
+        );
+    }
 }
 
-/// Attacks extract.rs `process_file`'s per-file cap with the shipped policy (8 MiB): the one
-/// oversized file is refused by name in the audit log, the rest is staged.
-#[test]
-fn one_file_over_the_cap_is_refused_by_name_and_the_rest_staged() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let cap = untrusted().output.max_file_bytes.bytes();
-    let over = (cap + 1).to_string();
-    let run = hostile(&g, &[], &["bigfile", &over]);
-    run.assert_status("staged", 0);
-    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
-    assert_eq!(
-        audited_rejections(&g, &run.session()),
-        [(
-            "output/big".to_string(),
-            format!("file too large: {over} bytes > cap {cap}")
-        )]
-    );
-    witness.assert_unchanged();
-    g.assert_clean();
-}
-
-/// Attacks the tmpfs `size=` (plan.rs `Output`, from `max_total_bytes`): with the
-/// shipped policy, a worker trying to fill the disk is stopped by the kernel at 32 MiB (ENOSPC),
-/// in a tmpfs that never touches the host's disk; its one huge file is then over the per-file
-/// cap and refused. session.rs covers a narrowed cap; this is the policy as shipped.
-#[test]
-fn filling_the_disk_stops_at_the_volume_size_with_the_shipped_policy() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["fill"]);
-    run.assert_status("staged", 0);
-    let big = worker_report(&g.home, &run.session(), "fill")["steps"]["big"].clone();
-    assert_eq!(errno(&big), Some(ENOSPC), "{big}");
-    let written = big["bytes_written"].as_u64().unwrap();
-    assert!(
-        written <= untrusted().output.max_total_bytes.bytes(),
-        "{written} bytes written"
-    );
-    assert!(
-        written > untrusted().output.max_file_bytes.bytes(),
-        "the fill stopped early: {big}"
-    );
-    assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
-    let audited = audited_rejections(&g, &run.session());
-    assert_eq!(audited.len(), 1, "{audited:?}");
-    assert_eq!(audited[0].0, "output/big");
-    assert!(audited[0].1.starts_with("file too large"), "{audited:?}");
-    witness.assert_unchanged();
-    g.assert_clean();
+attack! {
+    /// Attacks the tmpfs `size=` (plan.rs `Output`, from `max_total_bytes`): with the shipped
+    /// policy, a worker trying to fill the disk is stopped by the kernel at 32 MiB (ENOSPC), in
+    /// a tmpfs that never touches the host's disk; its one huge file is then over the per-file
+    /// cap and refused. session.rs covers a narrowed cap; this is the policy as shipped.
+    fn filling_the_disk_stops_at_the_volume_size_with_the_shipped_policy(g) {
+        let run = g.run().hostile(["fill"]).expect(Status::Staged);
+        let big = worker_report(&g.home, &run.session(), "fill")["steps"]["big"].clone();
+        assert_eq!(errno(&big), Some(ENOSPC), "{big}");
+        let written = big["bytes_written"].as_u64().unwrap();
+        assert!(
+            written <= untrusted().output.max_total_bytes.bytes(),
+            "{written} bytes written"
+        );
+        assert!(
+            written > untrusted().output.max_file_bytes.bytes(),
+            "the fill stopped early: {big}"
+        );
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), ["ok.txt"]);
+        let audited = audited_rejections(&g, &run.session());
+        assert_eq!(audited.len(), 1, "{audited:?}");
+        assert_eq!(audited[0].0, "output/big");
+        assert!(audited[0].1.starts_with("file too large"), "{audited:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------- resources
@@ -1127,119 +732,92 @@ fn forkbomb_survivors() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Attacks plan.rs `build` `pids_limit` (the policy's `resources.pids`, 64 for untrusted),
-/// applied by container.rs `worker_body`: the bomb (bounded at 1000 so a broken limit
-/// cannot hurt a shared host) gets EAGAIN below the limit, its main process still reports and
-/// exits, the session finishes, and no forked process survives the container.
-#[test]
-fn a_fork_bomb_hits_the_pids_limit_and_the_session_still_finishes() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &[], &["forkbomb", "1000"]);
-    run.assert_status("staged", 0);
-    let bomb = worker_report(&g.home, &run.session(), "forkbomb");
-    let forked = bomb["forked"].as_u64().unwrap();
-    let pids = untrusted().resources.pids;
-    assert!(forked < pids, "forked {forked} processes: {bomb}");
-    assert_eq!(errno(&bomb), Some(EAGAIN), "{bomb}");
-    assert_eq!(audited_plan(&g, &run.session())["pids_limit"], pids);
-    assert_eq!(
-        assert_untrusted_stage(&g, &run.staged()),
-        Vec::<String>::new()
-    );
-    assert!(
-        wait_until(Duration::from_secs(30), || forkbomb_survivors().is_empty()),
-        "fork bomb processes outlived their container: {:?}",
-        forkbomb_survivors()
-    );
-    witness.assert_unchanged();
-    g.assert_clean();
+attack! {
+    /// Attacks plan.rs `build` `pids_limit` (the policy's `resources.pids`, 64 for untrusted),
+    /// applied by container.rs `worker_body`: the bomb (bounded at 1000 so a broken limit
+    /// cannot hurt a shared host) gets EAGAIN below the limit, its main process still reports
+    /// and exits, the session finishes, and no forked process survives the container.
+    fn a_fork_bomb_hits_the_pids_limit_and_the_session_still_finishes(g) {
+        let run = g.run().hostile(["forkbomb", "1000"]).expect(Status::Staged);
+        let bomb = worker_report(&g.home, &run.session(), "forkbomb");
+        let forked = bomb["forked"].as_u64().unwrap();
+        let pids = untrusted().resources.pids;
+        assert!(forked < pids, "forked {forked} processes: {bomb}");
+        assert_eq!(errno(&bomb), Some(EAGAIN), "{bomb}");
+        assert_eq!(audited_plan(&g, &run.session())["pids_limit"], pids);
+        assert_eq!(assert_untrusted_stage(&g, &run.staged()), Vec::<String>::new());
+        assert!(
+            wait_until(Duration::from_secs(30), || forkbomb_survivors().is_empty()),
+            "fork bomb processes outlived their container: {:?}",
+            forkbomb_survivors()
+        );
+    }
 }
 
-/// Attacks session.rs `steps` → container.rs `wait` (SIGKILL at the wall-clock limit) with a
-/// worker that never sleeps. Without the kill the run would hang (the test's hang guard then
-/// fails it). The CPU limit (`nano_cpus`) is in the audited plan.
-#[test]
-fn a_cpu_spin_past_its_timeout_is_killed_and_reported() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let run = hostile(&g, &["--timeout", "2s"], &["spin"]);
-    run.assert_status("timeout", 4);
-    run.assert_one_error_line("timeout");
-    assert!(
-        run.stderr.contains("killed after the 2s timeout"),
-        "{}",
-        run.stderr
-    );
-    assert_eq!(run.json["timed_out"], true);
-    assert!(run.json["staged"].is_null());
-    let events = audit_of(&g, &run.session());
-    let exited = events
-        .iter()
-        .find(|r| r["event"] == "container.exited")
-        .expect("exit audited");
-    assert_eq!(exited["data"]["timed_out"], true);
-    let plan = audited_plan(&g, &run.session());
-    assert_eq!(plan["timeout_secs"], 2);
-    assert_eq!(plan["nano_cpus"], 1_000_000_000u64);
-    assert!(events
-        .iter()
-        .any(|r| r["event"] == "session.finished" && r["data"]["status"] == "timeout"));
-    assert_no_half_stage(&g.home);
-    witness.assert_unchanged();
-    g.assert_clean();
+attack! {
+    /// Attacks session.rs `steps` → container.rs `wait` (SIGKILL at the wall-clock limit) with
+    /// a worker that never sleeps. Without the kill the run would hang (the test's hang guard
+    /// then fails it). The CPU limit (`nano_cpus`) is in the audited plan.
+    fn a_cpu_spin_past_its_timeout_is_killed_and_reported(g) {
+        let run = g
+            .run()
+            .flags(["--timeout", "2s"])
+            .hostile(["spin"])
+            .expect(Status::Timeout);
+        run.assert_one_error_line("timeout");
+        assert!(
+            run.stderr.contains("killed after the 2s timeout"),
+            "{}",
+            run.stderr
+        );
+        assert!(run.timed_out);
+        assert_eq!(run.json["timed_out"], true);
+        assert!(run.json["staged"].is_null());
+        let events = audit_of(&g, &run.session());
+        let exited = events
+            .iter()
+            .find(|r| r["event"] == "container.exited")
+            .expect("exit audited");
+        assert_eq!(exited["data"]["timed_out"], true);
+        let plan = audited_plan(&g, &run.session());
+        assert_eq!(plan["timeout_secs"], 2);
+        assert_eq!(plan["nano_cpus"], 1_000_000_000u64);
+        assert!(events
+            .iter()
+            .any(|r| r["event"] == "session.finished" && r["data"]["status"] == "timeout"));
+        assert_no_half_stage(&g.home);
+    }
 }
 
-/// Attacks session.rs `run`'s cancel path (`container::kill`, SIGKILL, never a polite stop) with a
-/// worker that ignores SIGTERM and SIGINT, when the person stops golem-orch with SIGTERM.
-/// session.rs covers the timeout path and Ctrl-C with a sleeping worker.
-#[test]
-fn a_worker_ignoring_sigterm_is_still_stopped_when_the_person_cancels() {
-    let g = Golem::new();
-    let witness = HostWitness::take(&g);
-    let child = g
-        .cmd([
-            "run",
-            "--json",
-            "--image",
-            hostile_image(),
-            "--",
-            "ignore-term",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    assert!(
-        wait_until(Duration::from_secs(120), || g.running_workers() == 1),
-        "worker never started"
-    );
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let run = parse_run(&child.wait_with_output().expect("wait"));
-    run.assert_status("cancelled", 130);
-    run.assert_one_error_line("cancelled");
-    assert!(run.json["staged"].is_null());
-    assert!(audit_of(&g, &run.session())
-        .iter()
-        .any(|r| r["event"] == "session.finished" && r["data"]["status"] == "cancelled"));
-    assert_no_half_stage(&g.home);
-    witness.assert_unchanged();
-    g.assert_clean();
+attack! {
+    /// Attacks session.rs `run`'s cancel path (`container::kill`, SIGKILL, never a polite stop)
+    /// with a worker that ignores SIGTERM and SIGINT, when the person stops golem-orch with
+    /// SIGTERM. session.rs covers the timeout path and Ctrl-C with a sleeping worker.
+    fn a_worker_ignoring_sigterm_is_still_stopped_when_the_person_cancels(g) {
+        let run = g
+            .spawn(g.run().hostile(["ignore-term"]))
+            .wait_workers(1)
+            .signal(libc::SIGTERM)
+            .finish()
+            .expect(Status::Cancelled);
+        run.assert_one_error_line("cancelled");
+        assert!(run.json["staged"].is_null());
+        assert!(audit_of(&g, &run.session())
+            .iter()
+            .any(|r| r["event"] == "session.finished" && r["data"]["status"] == "cancelled"));
+        assert_no_half_stage(&g.home);
+    }
 }
 
 // ---------------------------------------------------------------------------- credentials
 
-/// Attacks plan.rs `build` (the environment is exactly the policy's `env.set` plus `env.pass`,
-/// empty in every shipped policy) and container.rs `worker_body` (`env` from the plan only):
-/// golem-orch runs with cloud keys, tokens, an ssh agent socket, a git askpass helper, Docker
-/// settings and a HOME full of credentials; none of it is visible inside.
-#[test]
-fn the_hosts_environment_and_credentials_do_not_leak_in() {
-    let g = Golem::new();
-    let fake_home = tempfile::tempdir().expect("fake home");
-    let fh = fake_home.path().canonicalize().unwrap();
-    let canary = |what: &str| format!("golem-canary-{what}-7f3a9c");
+/// A unique text for one credential, to look for wherever it must not appear.
+fn canary(what: &str) -> String {
+    format!("golem-canary-{what}-7f3a9c")
+}
+
+/// A HOME full of credentials (keys, cloud and Docker configs), each file holding its canary.
+fn credential_files(fh: &std::path::Path) {
     for (file, what) in [
         (".ssh/id_ed25519", "ssh-key"),
         (".aws/credentials", "aws-file"),
@@ -1253,10 +831,12 @@ fn the_hosts_environment_and_credentials_do_not_leak_in() {
         std::fs::write(&path, canary(what)).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    // A live agent socket, as ssh-agent would leave.
-    let agent = fh.join("agent.sock");
-    let _listener = std::os::unix::net::UnixListener::bind(&agent).expect("agent socket");
-    let secrets: Vec<(&str, String)> = vec![
+}
+
+/// The environment of a person with cloud keys, tokens, an ssh agent, a git askpass helper,
+/// Docker settings and `fh` as HOME.
+fn credential_env(fh: &std::path::Path, agent: &std::path::Path) -> Vec<(&'static str, String)> {
+    vec![
         ("AWS_SECRET_ACCESS_KEY", canary("aws-secret")),
         ("AWS_ACCESS_KEY_ID", canary("aws-id")),
         ("AWS_SESSION_TOKEN", canary("aws-session")),
@@ -1275,124 +855,69 @@ fn the_hosts_environment_and_credentials_do_not_leak_in() {
         ),
         ("KUBECONFIG", format!("/kube/{}", canary("kubeconfig"))),
         ("HOME", fh.display().to_string()),
-    ];
-    let set_env = |cmd: &mut Command| {
+    ]
+}
+
+attack! {
+    /// Attacks plan.rs `build` (the environment is exactly the policy's `env.set` plus
+    /// `env.pass`, empty in every shipped policy) and container.rs `worker_body` (`env` from the
+    /// plan only): golem-orch runs with cloud keys, tokens, an ssh agent socket, a git askpass
+    /// helper, Docker settings and a HOME full of credentials; none of it is visible inside.
+    fn the_hosts_environment_and_credentials_do_not_leak_in(g)
+    given { let input = probe_input(&g); }
+    {
+        let fake_home = tempfile::tempdir().expect("fake home");
+        let fh = fake_home.path().canonicalize().unwrap();
+        credential_files(&fh);
+        // A live agent socket, as ssh-agent would leave.
+        let agent = fh.join("agent.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&agent).expect("agent socket");
+        let secrets = credential_env(&fh, &agent);
+        let secret_env = || secrets.iter().map(|(k, v)| (*k, v.as_str()));
+        let (run, p, text) = probe(&g, g.run().input(&input).envs(secret_env()));
+        let env = p["env"].as_object().expect("env");
+        let mut keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["HOME", "HOSTNAME", "LANG", "PATH"], "{env:?}");
+        assert_eq!(env["HOME"], "/");
         for (k, v) in &secrets {
-            cmd.env(k, v);
+            assert!(!text.contains(v.as_str()), "{k}'s value leaked into the container");
         }
-    };
-    let (run, p, text) = probe(&g, set_env);
-    let env = p["env"].as_object().expect("env");
-    let mut keys: Vec<&str> = env.keys().map(String::as_str).collect();
-    keys.sort();
-    assert_eq!(keys, ["HOME", "HOSTNAME", "LANG", "PATH"], "{env:?}");
-    assert_eq!(env["HOME"], "/");
-    for (k, v) in &secrets {
+        let plan = audited_plan(&g, &run.session());
+        assert_eq!(plan["env"], json!({"LANG": "C.UTF-8"}));
+
+        // The files behind those variables are not there either.
+        let paths = [
+            fh.join(".ssh/id_ed25519"),
+            fh.join(".aws/credentials"),
+            agent.clone(),
+            fh.clone(),
+            PathBuf::from("/.ssh/id_ed25519"),
+            PathBuf::from("/.aws/credentials"),
+            PathBuf::from("/.docker/config.json"),
+            PathBuf::from("/root/.ssh"),
+        ];
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let run = g
+            .run()
+            .envs(secret_env())
+            .hostile(try_mode("try-read", shown.iter().map(String::as_str)))
+            .expect(Status::Staged);
+        let reads = staged_json(&g, &run, "reads.json");
+        for p in &shown {
+            let r = &reads[p.as_str()];
+            assert_eq!(r["exists"], false, "{p}: {r}");
+        }
+        // The paths above were the worker's arguments; what must not appear is any credential.
+        let everything = format!("{reads} {} {}", session_logs(&g.home, &run.session()), run.json);
         assert!(
-            !text.contains(v.as_str()),
-            "{k}'s value leaked into the container"
+            !everything.contains("golem-canary-"),
+            "a credential leaked: {everything}"
         );
     }
-    let plan = audited_plan(&g, &run.session());
-    assert_eq!(plan["env"], serde_json::json!({"LANG": "C.UTF-8"}));
-
-    // The files behind those variables are not there either.
-    let paths = [
-        fh.join(".ssh/id_ed25519"),
-        fh.join(".aws/credentials"),
-        agent.clone(),
-        fh.clone(),
-        PathBuf::from("/.ssh/id_ed25519"),
-        PathBuf::from("/.aws/credentials"),
-        PathBuf::from("/.docker/config.json"),
-        PathBuf::from("/root/.ssh"),
-    ];
-    let mut mode = vec!["try-read".to_string()];
-    mode.extend(paths.iter().map(|p| p.display().to_string()));
-    let mode: Vec<&str> = mode.iter().map(String::as_str).collect();
-    let witness = HostWitness::take(&g);
-    let run = hostile_with(&g, &[], &mode, set_env);
-    run.assert_status("staged", 0);
-    let reads = staged_json(&g, &run, "reads.json");
-    for p in &paths {
-        let r = &reads[p.display().to_string()];
-        assert_eq!(r["exists"], false, "{}: {r}", p.display());
-    }
-    // The paths above were the worker's arguments; what must not appear is any credential.
-    let everything = format!(
-        "{reads} {} {}",
-        std::fs::read_to_string(g.home.join("sessions").join(run.session()).join("logs.txt"))
-            .unwrap_or_default(),
-        run.json
-    );
-    assert!(
-        !everything.contains("golem-canary-"),
-        "a credential leaked: {everything}"
-    );
-    witness.assert_unchanged();
-    g.assert_clean();
 }
 
 // ---------------------------------------------------------------------------- other sessions
-
-/// Kills a golem-orch child when a test ends early, so a failing test leaves no orchestrator.
-pub struct ChildGuard(pub Option<std::process::Child>);
-
-impl ChildGuard {
-    /// SIGKILLs the child now and reaps it.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Removes the engine objects labelled with a state directory the harness does not know about
-/// (one inside the project), whatever happens to the test.
-pub struct LabelGuard(pub PathBuf);
-
-impl Drop for LabelGuard {
-    fn drop(&mut self) {
-        remove_engine_resources(&self.0);
-    }
-}
-
-/// Waits for `child`'s stderr to print `line`; returns the rest of stderr as a channel.
-pub fn wait_for_stderr_line(
-    child: &mut std::process::Child,
-    line: &str,
-    limit: Duration,
-) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr).lines() {
-            let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let start = Instant::now();
-    let mut seen = Vec::new();
-    while start.elapsed() < limit {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(l) if l == line => return rx,
-            Ok(l) => seen.push(l),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    panic!("golem-orch never printed {line:?}; stderr: {seen:?}");
-}
 
 /// Attacks the state directory's isolation: plan.rs `build` never binds the state directory,
 /// and when it lies inside a repository that `full` mounts read-write, masks it with an empty
@@ -1400,59 +925,34 @@ pub fn wait_for_stderr_line(
 /// a second session's stage while that session is half-way through staging (`.tmp-<id>`), into
 /// an earlier staged commit, to forge a new one, and through the host's absolute paths; a
 /// `session` worker tries to climb out of /workspace. All fail, and both stages are unchanged.
+/// Not an [`attack!`]: the state directory lives inside the project, which the attack changes.
 #[test]
 fn a_worker_cannot_write_into_another_sessions_stage() {
     let g = Golem::new();
-    let status = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(g.project.path())
-        .status()
-        .expect("git");
-    assert!(status.success());
+    g.git_init();
     let home = g.project.path().join(".golem");
-    let in_repo = |cmd: &mut Command| {
-        cmd.env("GOLEM_HOME", g.project.path().join(".golem"));
-    };
-
     std::fs::create_dir_all(&home).unwrap();
     let home = home.canonicalize().unwrap();
     let _engine = LabelGuard(home.clone());
 
     // An earlier staged commit.
-    let earlier = hostile_with(&g, &[], &["exit", "0"], in_repo);
-    earlier.assert_status("staged", 0);
+    let earlier = g
+        .run()
+        .home(&home)
+        .hostile(["exit", "0"])
+        .expect(Status::Staged);
     let earlier_id = earlier.staged();
 
     // A second session, stopped half-way through staging: its `.tmp-<id>` holds its files.
-    let mut second = g.cmd([
-        "run",
-        "--json",
-        "--image",
-        hostile_image(),
-        "--",
-        "exit",
-        "0",
-    ]);
-    in_repo(&mut second);
-    let mut second = ChildGuard(Some(
-        second
-            .env("GOLEM_FAILPOINT", "staging")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the second session"),
-    ));
-    let _stderr = wait_for_stderr_line(
-        second.0.as_mut().unwrap(),
-        "golem-orch: failpoint staging reached",
-        Duration::from_secs(120),
-    );
-    let tmp: Vec<String> = std::fs::read_dir(home.join("staged"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".tmp-"))
-        .collect();
+    let second = g
+        .spawn(
+            g.run()
+                .home(&home)
+                .failpoint("staging")
+                .hostile(["exit", "0"]),
+        )
+        .wait_failpoint("staging");
+    let tmp = crate::harness::half_stages(&home);
     assert_eq!(tmp.len(), 1, "{tmp:?}");
     let tmp = tmp[0].clone();
     assert!(home
@@ -1462,20 +962,10 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         .is_file());
 
     // Only golem-orch's mounts stand in the way, not the host's file modes.
-    assert!(Command::new("chmod")
-        .args(["-R", "a+rwX"])
-        .arg(g.project.path())
-        .status()
-        .unwrap()
-        .success());
+    chmod(&["-R", "a+rwX"], g.project.path());
     // Except the state directory's write bits: one others can write is refused outright (and
     // golem-orch keeps it 0700), so only its mask and the missing mounts are under test here.
-    assert!(Command::new("chmod")
-        .args(["-R", "go-w"])
-        .arg(&home)
-        .status()
-        .unwrap()
-        .success());
+    chmod(&["-R", "go-w"], &home);
     let before_tmp = tree(&home.join("staged").join(&tmp));
     let before_earlier = tree(&home.join("staged").join(&earlier_id));
     let targets = [
@@ -1488,25 +978,19 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         format!("{}/staged/{earlier_id}/files/ok.txt", home.display()),
         "/workspace/../staged/evil.txt".to_string(),
     ];
-    let mut mode = vec!["try-write"];
-    mode.extend(targets.iter().map(String::as_str));
-    let attacker = hostile_with(&g, &["--full"], &mode, in_repo);
-    attacker.assert_status("staged", 0);
-    let writes: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            home.join("staged")
-                .join(attacker.staged())
-                .join("files/writes.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let attacker = g
+        .run()
+        .home(&home)
+        .level("full")
+        .hostile(try_mode("try-write", targets.iter().map(String::as_str)))
+        .expect(Status::Staged);
+    let writes = staged_json_in(&home, &attacker, "writes.json");
     for t in &targets {
         assert_eq!(writes[t]["ok"], false, "{t} was writable: {writes}");
     }
     assert_eq!(
         writes["/repo/.golem/audit.jsonl"]["listing"],
-        serde_json::json!([]),
+        json!([]),
         "the state directory is visible at /repo/.golem"
     );
 
@@ -1519,26 +1003,17 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
 
     // Stop the half-staged session; the next run in this state directory tidies it up.
     second.kill();
-    let climber = hostile_with(
-        &g,
-        &["--session"],
-        &[
+    let climber = g
+        .run()
+        .home(&home)
+        .level("session")
+        .hostile([
             "try-write",
             "/workspace/../evil.txt",
             "/workspace/../../audit.jsonl",
-        ],
-        in_repo,
-    );
-    climber.assert_status("staged", 0);
-    let writes: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            home.join("staged")
-                .join(climber.staged())
-                .join("files/writes.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+        ])
+        .expect(Status::Staged);
+    let writes = staged_json_in(&home, &climber, "writes.json");
     // `..` resolves inside the container's own tree: /workspace/.. is its read-only root.
     for t in ["/workspace/../evil.txt", "/workspace/../../audit.jsonl"] {
         assert_eq!(writes[t]["ok"], false, "{t}: {writes}");
@@ -1553,11 +1028,6 @@ fn a_worker_cannot_write_into_another_sessions_stage() {
         .exists());
     assert!(!home.join("evil.txt").exists() && !home.join("staged/evil.txt").exists());
     assert_no_half_stage(&home);
-    assert!(g
-        .cmd(["audit", "--verify"])
-        .env("GOLEM_HOME", &home)
-        .status()
-        .unwrap()
-        .success());
+    assert!(g.audit_verifies_in(&home));
     assert!(engine_resources(&home).is_empty());
 }

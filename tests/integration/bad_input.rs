@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::attacks::hostile;
-use crate::harness::Golem;
+use crate::harness::{stderr_text, Golem, Status};
 
 /// What a bad invocation must produce.
 #[derive(Debug, Clone, Copy)]
@@ -47,26 +46,29 @@ fn case_env(args: &[&str], env: &[(&'static str, &str)], expect: Expect) -> Case
     }
 }
 
-/// Runs every case and collects every violation, so one run reports them all.
+/// Proxy settings of the machine running the tests, which would route the download cases
+/// through a proxy instead of to the local server.
+const PROXY_VARIABLES: [&str; 6] = [
+    "http_proxy",
+    "https_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// Runs every case (under the hang guard) and collects every violation, so one run reports
+/// them all.
 fn check(g: &Golem, cwd: &Path, cases: &[Case]) -> Vec<String> {
     let mut problems = Vec::new();
     for c in cases {
-        let mut cmd = g.cmd(&c.args);
-        cmd.current_dir(cwd).env("RUST_BACKTRACE", "1");
-        for var in [
-            "http_proxy",
-            "https_proxy",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "all_proxy",
-        ] {
-            cmd.env_remove(var);
+        let mut run = g.command(&c.args).in_dir(cwd).env("RUST_BACKTRACE", "1");
+        for var in PROXY_VARIABLES {
+            run = run.without_env(var);
         }
-        for (k, v) in &c.env {
-            cmd.env(k, v);
-        }
-        let out = crate::attacks::run_bounded(cmd, crate::attacks::HANG_GUARD);
+        let out = run
+            .envs(c.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output();
         let code = out.status.code();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -247,12 +249,13 @@ fn every_command_refuses_bad_input_with_one_clear_line() {
         &[],
         &[(".gitignore", "/.golem/\n"), ("README.md", "project\n")],
     );
-    let staged = hostile(&g, &[], &["exit", "0"]);
-    staged.assert_status("staged", 0);
-    let s = staged.staged();
-    let discarded = hostile(&g, &[], &["exit", "0"]);
-    discarded.assert_status("staged", 0);
-    let d = discarded.staged();
+    let stage = || {
+        g.run()
+            .hostile(["exit", "0"])
+            .expect(Status::Staged)
+            .staged()
+    };
+    let (s, d) = (stage(), stage());
     assert!(g.output(["discard", &d, "--yes"]).status.success());
 
     let input = g.file("a.txt", "x").display().to_string();
@@ -644,8 +647,8 @@ fn every_command_refuses_bad_input_with_one_clear_line() {
         problems.join("\n")
     );
     // Nothing above reached the stage or the engine.
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list.as_array().unwrap().len(), 2, "{list}");
+    let list = g.staged();
+    assert_eq!(list.len(), 2, "{list:?}");
     g.assert_clean();
 }
 
@@ -682,8 +685,7 @@ fn push_without_consent_and_without_a_terminal_is_one_line() {
     let g = Golem::new();
     let root = g.project.path().to_path_buf();
     g.git_repo(&[], &[("README.md", "project\n")]);
-    let staged = hostile(&g, &[], &["exit", "0"]);
-    staged.assert_status("staged", 0);
+    let staged = g.run().hostile(["exit", "0"]).expect(Status::Staged);
     let repo = root.display().to_string();
     let problems = check(
         &g,
@@ -716,7 +718,7 @@ fn one_line_errors_name_their_cause_once() {
             missing.as_str(),
         ],
     ] {
-        let err = crate::harness::stderr_text(&g.output(&args));
+        let err = stderr_text(&g.output(&args));
         let line = err.trim_end();
         let cause = line.rsplit(": ").next().unwrap_or("");
         assert_eq!(

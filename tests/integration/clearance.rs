@@ -1,18 +1,19 @@
 //! User stories for clearance: reviewing, diffing, pushing and discarding staged commits.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
-use crate::harness::{git, stderr_text, Golem, IGNORE_GOLEM};
+use crate::harness::{git, stderr_text, Golem, Status, IGNORE_GOLEM};
 
 /// Stages the default worker's report of one input; returns the staged id.
 fn stage_report(g: &Golem, level: &str) -> String {
     let input = g.file("inbox/letter.txt", "Dear reviewer,\nplease read me.\n");
-    let (run, code) = g.json(["run", level, "--json", input.to_str().unwrap()]);
-    assert_eq!(code, 0, "{run}");
-    run["staged"].as_str().expect("staged").to_string()
+    g.run()
+        .level(level)
+        .input(&input)
+        .expect(Status::Staged)
+        .staged()
 }
 
 /// Everything a push must leave alone: HEAD, the index and the working tree.
@@ -28,7 +29,7 @@ fn snapshot(dir: &Path) -> (String, String, String) {
 fn push_makes_exactly_one_commit_on_its_branch_and_touches_nothing_else() {
     let g = Golem::new();
     g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
-    let id = stage_report(&g, "--untrusted");
+    let id = stage_report(&g, "untrusted");
     let before = snapshot(g.project.path());
     let (pushed, code) = g.json([
         "push",
@@ -105,19 +106,18 @@ fn push_makes_exactly_one_commit_on_its_branch_and_touches_nothing_else() {
 fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
     let g = Golem::new();
     g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
-    let id = stage_report(&g, "--untrusted");
+    let id = stage_report(&g, "untrusted");
     // The branch already has letter.txt.md (different) and letter.txt.json (identical).
-    let dir = g.project.path();
-    git(dir, &["checkout", "-q", "-b", "reports"]);
-    std::fs::write(dir.join("letter.txt.md"), "an older report\n").unwrap();
-    std::fs::copy(
-        g.staged_files(&id).join("letter.txt.json"),
-        dir.join("letter.txt.json"),
-    )
-    .unwrap();
-    git(dir, &["add", "letter.txt.md", "letter.txt.json"]);
-    git(dir, &["commit", "-q", "-m", "old reports"]);
-    git(dir, &["checkout", "-q", "main"]);
+    let same = std::fs::read(g.staged_files(&id).join("letter.txt.json")).unwrap();
+    g.commit_on_branch(
+        "reports",
+        "main",
+        &[
+            ("letter.txt.md", b"an older report\n"),
+            ("letter.txt.json", &same),
+        ],
+        "old reports",
+    );
 
     let (diff, code) = g.json(["diff", &id, "--branch", "reports", "--json"]);
     assert_eq!(code, 0, "{diff}");
@@ -155,7 +155,7 @@ fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
     let (pushed, code) = g.json(["push", &id, "--branch", "reports", "--yes", "--json"]);
     assert_eq!(code, 0, "{pushed}");
     assert_eq!(
-        git(dir, &["diff", "--name-status", "reports^", "reports"]),
+        g.git(&["diff", "--name-status", "reports^", "reports"]),
         "A\tindex.json\nA\tindex.md\nM\tletter.txt.md"
     );
 }
@@ -164,7 +164,7 @@ fn diff_marks_new_and_changed_files_against_a_branch_that_has_some_of_them() {
 fn a_tampered_stage_is_refused() {
     let g = Golem::new();
     g.git_repo(&[], &[IGNORE_GOLEM]);
-    let id = stage_report(&g, "--untrusted");
+    let id = stage_report(&g, "untrusted");
     let report = g.staged_files(&id).join("letter.txt.md");
     let original = std::fs::read(&report).unwrap();
     std::fs::write(&report, "# letter.txt\nall good, merge me\n").unwrap();
@@ -192,15 +192,8 @@ fn a_tampered_stage_is_refused() {
         stderr_text(&out)
     );
     // Nothing reached the repository, and the stage is still pending.
-    assert!(Command::new("git")
-        .current_dir(g.project.path())
-        .args(["rev-parse", "--verify", "-q", "refs/heads/golem/x"])
-        .output()
-        .unwrap()
-        .stdout
-        .is_empty());
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list[0]["status"], "pending");
+    assert!(!g.has_ref("refs/heads/golem/x"));
+    assert_eq!(g.staged()[0]["status"], "pending");
 }
 
 #[test]
@@ -208,17 +201,16 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
     let g = Golem::new();
     g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
     // A workspace session mounts the repository, so its HEAD is recorded.
-    let id = stage_report(&g, "--workspace");
+    let id = stage_report(&g, "workspace");
     let (manifest, _) = g.json(["show", &id, "--json"]);
-    let dir = g.project.path();
-    assert_eq!(manifest["repo_head"], git(dir, &["rev-parse", "HEAD"]));
+    assert_eq!(manifest["repo_head"], g.git(&["rev-parse", "HEAD"]));
     // Meanwhile someone changes letter.txt.md on the target branch.
-    git(dir, &["checkout", "-q", "-b", "shared"]);
-    std::fs::write(dir.join("letter.txt.md"), "someone else's report\n").unwrap();
-    git(dir, &["add", "letter.txt.md"]);
-    git(dir, &["commit", "-q", "-m", "their report"]);
-    git(dir, &["checkout", "-q", "main"]);
-    let tip = git(dir, &["rev-parse", "shared"]);
+    let tip = g.commit_on_branch(
+        "shared",
+        "main",
+        &[("letter.txt.md", b"someone else's report\n")],
+        "their report",
+    );
 
     let out = g.output(["push", &id, "--branch", "shared", "--yes"]);
     assert!(!out.status.success());
@@ -230,7 +222,7 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
         "{err}"
     );
     assert_eq!(
-        git(dir, &["rev-parse", "shared"]),
+        g.git(&["rev-parse", "shared"]),
         tip,
         "branch moved on a refused push"
     );
@@ -240,14 +232,14 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
         "push", &id, "--branch", "shared", "--yes", "--force", "--json",
     ]);
     assert_eq!(code, 0, "{pushed}");
-    assert_eq!(git(dir, &["rev-parse", "shared^"]), tip);
+    assert_eq!(g.git(&["rev-parse", "shared^"]), tip);
 }
 
 #[test]
 fn consent_is_required_and_the_checked_out_branch_is_refused() {
     let g = Golem::new();
     g.git_repo(&[], &[IGNORE_GOLEM]);
-    let id = stage_report(&g, "--untrusted");
+    let id = stage_report(&g, "untrusted");
     let out = g.output(["push", &id]);
     assert!(!out.status.success());
     assert!(
@@ -271,8 +263,7 @@ fn consent_is_required_and_the_checked_out_branch_is_refused() {
     let out = g.output(["discard", &id]);
     assert!(!out.status.success() && stderr_text(&out).contains("consent"));
     // Still pending after all of that; then a discard is final.
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list[0]["status"], "pending");
+    assert_eq!(g.staged()[0]["status"], "pending");
     let (d, code) = g.json(["discard", &id, "--yes", "--json"]);
     assert_eq!((d["status"].as_str(), code), (Some("discarded"), 0));
     let out = g.output(["push", &id, "--yes"]);
@@ -294,7 +285,7 @@ fn push_can_continue_to_a_remote() {
         g.project.path(),
         &["remote", "add", "origin", remote.path().to_str().unwrap()],
     );
-    let id = stage_report(&g, "--untrusted");
+    let id = stage_report(&g, "untrusted");
     let (pushed, code) = g.json(["push", &id, "--yes", "--json", "--remote", "origin"]);
     assert_eq!(code, 0, "{pushed}");
     let branch = pushed["branch"].as_str().unwrap();
@@ -305,7 +296,7 @@ fn push_can_continue_to_a_remote() {
 
     // A remote that refuses the ref (it already holds the branch with unrelated history, so the
     // push is not a fast-forward) leaves the stage pending for a retry.
-    let id2 = stage_report(&g, "--untrusted");
+    let id2 = stage_report(&g, "untrusted");
     let branch2 = format!("golem/{}", &id2[..12]);
     let dir = g.project.path();
     git(dir, &["checkout", "-q", "--orphan", "unrelated"]);

@@ -18,11 +18,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::attacks::{
-    assert_no_half_stage, audit_of, hostile, parse_run, run_bounded, tree, wait_for_stderr_line,
-    ChildGuard, HANG_GUARD,
+use crate::harness::{
+    assert_no_half_stage, audit_of, docker_lines, engine_resources, half_stages, hostile_image,
+    stderr_text, tree, wait_until, Golem, LabelGuard, Status,
 };
-use crate::harness::{engine_resources, hostile_image, stderr_text, wait_until, Golem};
 
 /// Serialises the crash tests (see the module documentation).
 static CRASH_LOCK: Mutex<()> = Mutex::new(());
@@ -73,48 +72,18 @@ impl Phase {
     }
 }
 
-/// The `.tmp-*` directories in a state directory's stage.
-fn half_stages(home: &Path) -> Vec<String> {
-    std::fs::read_dir(home.join("staged"))
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(".tmp-"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Starts a session, lets it reach `phase`, SIGKILLs golem-orch there and checks what the kill
 /// left behind. Returns the session id.
 fn kill_at(g: &Golem, phase: Phase) -> String {
-    let mut args = vec!["run", "--json", "--image", hostile_image(), "--"];
-    args.extend_from_slice(phase.worker());
-    let mut cmd = g.cmd(&args);
-    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    if let Some(fp) = phase.failpoint() {
-        cmd.env("GOLEM_FAILPOINT", fp);
-    }
-    let mut child = ChildGuard(Some(cmd.spawn().expect("spawn golem-orch")));
-    let _stderr;
-    match phase.failpoint() {
-        Some(fp) => {
-            _stderr = wait_for_stderr_line(
-                child.0.as_mut().unwrap(),
-                &format!("golem-orch: failpoint {fp} reached"),
-                Duration::from_secs(120),
-            );
-        }
-        None => assert!(
-            wait_until(Duration::from_secs(120), || g.running_workers() == 1),
-            "the worker never started"
-        ),
-    }
+    let run = g.run().hostile(phase.worker());
+    let session = match phase.failpoint() {
+        Some(fp) => g.spawn(run.failpoint(fp)).wait_failpoint(fp),
+        None => g.spawn(run).wait_workers(1),
+    };
     // SIGKILL: no handler runs, nothing is cleaned up.
-    child.kill();
+    session.kill();
 
-    let (sessions, _) = g.json(["sessions", "--json"]);
-    let sessions = sessions.as_array().expect("sessions").clone();
+    let sessions = g.sessions();
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     let id = sessions[0]["id"].as_str().unwrap().to_string();
     assert_eq!(
@@ -159,14 +128,11 @@ fn assert_cleaned_up(g: &Golem, id: &str, phase: Phase) {
         !g.home.join("staged").join(id).exists(),
         "{phase:?}: a staged commit appeared for the killed session"
     );
-    let (sessions, _) = g.json(["sessions", "--json"]);
-    let record = sessions
-        .as_array()
-        .unwrap()
-        .iter()
+    let record = g
+        .sessions()
+        .into_iter()
         .find(|s| s["id"] == id)
-        .expect("record")
-        .clone();
+        .expect("record");
     assert_eq!(record["status"], "failed", "{phase:?}: {record}");
     assert_eq!(
         record["error"],
@@ -183,7 +149,7 @@ fn assert_cleaned_up(g: &Golem, id: &str, phase: Phase) {
     assert_eq!(failed.len(), 1, "{phase:?}: {failed:?}");
     assert_eq!(failed[0]["data"]["by"], "gc");
     assert_eq!(failed[0]["data"]["was"], phase.recorded_status());
-    assert!(g.output(["audit", "--verify"]).status.success());
+    assert!(g.audit_verifies());
 }
 
 fn killed_then_gc(phase: Phase) {
@@ -217,17 +183,14 @@ fn killed_then_next_run(phase: Phase) {
     let _lock = crash_lock();
     let g = Golem::new();
     let id = kill_at(&g, phase);
-    let next = hostile(&g, &[], &["exit", "0"]);
-    next.assert_status("staged", 0);
+    let next = g.run().hostile(["exit", "0"]).expect(Status::Staged);
     assert_cleaned_up(&g, &id, phase);
-    let (list, _) = g.json(["staged", "--json"]);
-    let ids: Vec<&str> = list
-        .as_array()
-        .unwrap()
+    let ids: Vec<String> = g
+        .staged()
         .iter()
-        .filter_map(|s| s["id"].as_str())
+        .filter_map(|s| s["id"].as_str().map(String::from))
         .collect();
-    assert_eq!(ids, [next.staged().as_str()], "only the next run's commit");
+    assert_eq!(ids, [next.staged()], "only the next run's commit");
 }
 
 #[test]
@@ -274,9 +237,11 @@ fn killed_while_staging_then_the_next_run_cleans_up() {
 
 /// Stages one commit and returns its id and a picture of its directory.
 fn stage_one(g: &Golem) -> (String, std::collections::BTreeMap<PathBuf, String>) {
-    let run = hostile(g, &[], &["exit", "0"]);
-    run.assert_status("staged", 0);
-    let id = run.staged();
+    let id = g
+        .run()
+        .hostile(["exit", "0"])
+        .expect(Status::Staged)
+        .staged();
     let picture = tree(&g.home.join("staged").join(&id));
     (id, picture)
 }
@@ -288,19 +253,15 @@ fn assert_still_staged(g: &Golem, id: &str, picture: &std::collections::BTreeMap
         picture,
         "{id} changed"
     );
-    let (list, code) = g.json(["staged", "--json"]);
-    assert_eq!(code, 0);
+    let list = g.staged();
     let entry = list
-        .as_array()
-        .unwrap()
         .iter()
         .find(|s| s["id"] == id)
-        .unwrap_or_else(|| panic!("{id} no longer listed: {list}"))
-        .clone();
+        .unwrap_or_else(|| panic!("{id} no longer listed: {list:?}"));
     assert_eq!(entry["status"], "pending");
     let (shown, code) = g.json(["show", id, "--json"]);
     assert_eq!(code, 0, "{shown}");
-    assert!(g.output(["audit", "--verify"]).status.success());
+    assert!(g.audit_verifies());
 }
 
 /// Asserts one clear line on stderr, a non-zero exit and no panic.
@@ -342,7 +303,7 @@ fn an_engine_that_is_down_gives_one_clear_line_and_loses_nothing_staged() {
             vec!["batch", input],
         ];
         for args in cases {
-            let out = g.cmd(&args).env("DOCKER_HOST", host).output().unwrap();
+            let out = g.command(&args).docker_host(host).output();
             assert_one_line_failure(
                 &format!("{host} {args:?}"),
                 &out,
@@ -351,7 +312,7 @@ fn an_engine_that_is_down_gives_one_clear_line_and_loses_nothing_staged() {
             assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
         }
         // doctor reports instead of failing on the first problem: a FAIL line, exit 1.
-        let out = g.cmd(["doctor"]).env("DOCKER_HOST", host).output().unwrap();
+        let out = g.command(["doctor"]).docker_host(host).output();
         assert_eq!(out.status.code(), Some(1));
         let report = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -362,12 +323,8 @@ fn an_engine_that_is_down_gives_one_clear_line_and_loses_nothing_staged() {
         );
         assert!(stderr_text(&out).is_empty(), "{}", stderr_text(&out));
     }
-    let (sessions, _) = g.json(["sessions", "--json"]);
-    assert_eq!(
-        sessions.as_array().unwrap().len(),
-        1,
-        "a session was created: {sessions}"
-    );
+    let sessions = g.sessions();
+    assert_eq!(sessions.len(), 1, "a session was created: {sessions:?}");
     assert_still_staged(&g, &id, &picture);
     g.assert_clean();
 }
@@ -478,52 +435,24 @@ fn an_engine_that_goes_away_mid_session_fails_it_cleanly_and_loses_nothing_stage
     let via_proxy = format!("unix://{}", socket.display());
 
     // A first session goes through the proxy and is staged.
-    let mut cmd = g.cmd([
-        "run",
-        "--json",
-        "--image",
-        hostile_image(),
-        "--",
-        "exit",
-        "0",
-    ]);
-    cmd.env("DOCKER_HOST", &via_proxy);
-    let first = parse_run(&run_bounded(cmd, HANG_GUARD));
-    first.assert_status("staged", 0);
+    let first = g
+        .run()
+        .docker_host(&via_proxy)
+        .hostile(["exit", "0"])
+        .expect(Status::Staged);
     let staged = first.staged();
     let picture = tree(&g.home.join("staged").join(&staged));
 
     // A second one is running when the engine goes away.
-    let mut cmd = g.cmd([
-        "run",
-        "--json",
-        "--image",
-        hostile_image(),
-        "--",
-        "sleep",
-        "300",
-    ]);
-    cmd.env("DOCKER_HOST", &via_proxy)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut second = ChildGuard(Some(cmd.spawn().expect("spawn")));
-    assert!(
-        wait_until(Duration::from_secs(120), || g.running_workers() == 1),
-        "the second worker never started"
-    );
+    let second = g
+        .spawn(g.run().docker_host(&via_proxy).hostile(["sleep", "300"]))
+        .wait_workers(1);
     proxy.cut();
-    let child = second.0.take().unwrap();
-    let waited = std::thread::spawn(move || child.wait_with_output());
-    assert!(
-        wait_until(HANG_GUARD, || waited.is_finished()),
-        "golem-orch hung after the engine went away"
-    );
-    let out = waited.join().unwrap().expect("wait");
-    let run = parse_run(&out);
-    run.assert_status("failed", 1);
+    // Under the hang guard: golem-orch must not hang after the engine went away.
+    let run = second.finish().expect(Status::Failed);
     run.assert_one_error_line("failed");
     assert!(run.json["staged"].is_null());
-    let error = run.json["error"].as_str().unwrap_or("");
+    let error = run.error();
     assert!(
         error.contains("waiting for the container") || error.contains("engine"),
         "{error}"
@@ -532,14 +461,11 @@ fn an_engine_that_goes_away_mid_session_fails_it_cleanly_and_loses_nothing_stage
     // Nothing staged was lost, and no half-built commit appeared.
     assert_still_staged(&g, &staged, &picture);
     assert_no_half_stage(&g.home);
-    let (sessions, _) = g.json(["sessions", "--json"]);
-    let failed = sessions
-        .as_array()
-        .unwrap()
-        .iter()
+    let failed = g
+        .sessions()
+        .into_iter()
         .find(|s| s["id"] == run.session())
-        .expect("record")
-        .clone();
+        .expect("record");
     assert_eq!(failed["status"], "failed");
 
     // The engine is back (the real socket): gc removes what the failed session could not.
@@ -631,19 +557,22 @@ fn a_full_disk_while_staging_leaves_no_partial_stage() {
     let home = disk.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let home = home.canonicalize().unwrap();
-    let _engine = crate::attacks::LabelGuard(home.clone());
-    let on_disk = |cmd: &mut Command| {
-        cmd.env("GOLEM_HOME", &home);
-    };
-    let first = crate::attacks::hostile_with(&g, &[], &["exit", "0"], on_disk);
-    first.assert_status("staged", 0);
+    let _engine = LabelGuard(home.clone());
+    let first = g
+        .run()
+        .home(&home)
+        .hostile(["exit", "0"])
+        .expect(Status::Staged);
     let staged = first.staged();
     let picture = tree(&home.join("staged").join(&staged));
 
-    let run = crate::attacks::hostile_with(&g, &[], &["bigfile", "3000000"], on_disk);
-    run.assert_status("failed", 1);
+    let run = g
+        .run()
+        .home(&home)
+        .hostile(["bigfile", "3000000"])
+        .expect(Status::Failed);
     run.assert_one_error_line("failed");
-    let error = run.json["error"].as_str().unwrap_or("");
+    let error = run.error();
     assert!(
         error.contains("No space left on device") && error.starts_with("extracting the output"),
         "{error}"
@@ -663,10 +592,9 @@ fn a_full_disk_while_staging_leaves_no_partial_stage() {
     );
     assert_eq!(tree(&home.join("staged").join(&staged)), picture);
     let audit = g
-        .cmd(["audit", "--json", "--session", &run.session()])
-        .env("GOLEM_HOME", &home)
-        .output()
-        .unwrap();
+        .command(["audit", "--json", "--session", &run.session()])
+        .home(&home)
+        .output();
     let audit: Value = serde_json::from_slice(&audit.stdout).unwrap();
     assert!(
         audit
@@ -676,12 +604,7 @@ fn a_full_disk_while_staging_leaves_no_partial_stage() {
             .any(|r| r["event"] == "session.failed"),
         "{audit}"
     );
-    assert!(g
-        .cmd(["audit", "--verify"])
-        .env("GOLEM_HOME", &home)
-        .status()
-        .unwrap()
-        .success());
+    assert!(g.audit_verifies_in(&home));
     assert!(engine_resources(&home).is_empty());
 }
 
@@ -699,21 +622,6 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("engine.sock");
     let mut proxy = EngineProxy::start(socket.clone(), engine_socket());
-    let mut cmd = g.cmd([
-        "batch",
-        "--json",
-        "--jobs",
-        "1",
-        "--image",
-        image,
-        "docs",
-        "--",
-        "from-input",
-    ]);
-    cmd.env("DOCKER_HOST", format!("unix://{}", socket.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut batch = ChildGuard(Some(cmd.spawn().expect("spawn batch")));
     let staged_count = || {
         std::fs::read_dir(g.home.join("staged"))
             .map(|rd| {
@@ -723,23 +631,27 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
             })
             .unwrap_or(0)
     };
-    assert!(
-        wait_until(Duration::from_secs(120), || staged_count() == 1
-            && g.running_workers() == 1),
-        "the batch never staged its first document and started its second"
-    );
-    let (list, _) = g.json(["staged", "--json"]);
-    let first = list[0]["id"].as_str().expect("first staged").to_string();
+    let batch = g
+        .spawn(
+            g.command(["batch", "--json", "--jobs", "1"])
+                .image(image)
+                .flags(["docs"])
+                .args(["from-input"])
+                .docker_host(format!("unix://{}", socket.display())),
+        )
+        .wait_for(
+            "the batch staged its first document and started its second",
+            || staged_count() == 1 && g.running_workers() == 1,
+        );
+    let first = g.staged()[0]["id"]
+        .as_str()
+        .expect("first staged")
+        .to_string();
     let picture = tree(&g.home.join("staged").join(&first));
     proxy.cut();
 
-    let child = batch.0.take().unwrap();
-    let waited = std::thread::spawn(move || child.wait_with_output());
-    assert!(
-        wait_until(HANG_GUARD, || waited.is_finished()),
-        "the batch hung after the engine went away"
-    );
-    let out = waited.join().unwrap().expect("wait");
+    // Under the hang guard: the batch must not hang after the engine went away.
+    let out = batch.output();
     let err = stderr_text(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -784,8 +696,8 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
 
     assert_still_staged(&g, &first, &picture);
     assert_no_half_stage(&g.home);
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let list = g.staged();
+    assert_eq!(list.len(), 1, "{list:?}");
     let (report, code) = g.json(["gc", "--json"]);
     assert_eq!(code, 0, "{report}");
     assert!(
@@ -802,8 +714,8 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
     assert_eq!(code, 0, "{resumed}");
     assert_eq!(resumed["summary"]["succeeded"], 3, "{resumed}");
     assert_eq!(resumed["summary"]["retryable"], 0, "{resumed}");
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list.as_array().unwrap().len(), 3, "{list}");
+    let list = g.staged();
+    assert_eq!(list.len(), 3, "{list:?}");
     assert_still_staged(&g, &first, &picture);
     g.assert_clean();
 }
@@ -819,38 +731,20 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
 fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
     let _lock = crash_lock();
     let g = Golem::new();
-    let mut cmd = g.cmd([
-        "run",
-        "--json",
-        "--image",
-        hostile_image(),
-        "--",
-        "bigfile",
-        "8000000",
-    ]);
     let killed_flag = tempfile::tempdir().unwrap();
     let go_on = killed_flag.path().join("killed");
-    cmd.env(
-        "GOLEM_FAILPOINT",
-        format!("extracting:until={}", go_on.display()),
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut session = ChildGuard(Some(cmd.spawn().expect("spawn")));
-    let extracting = || {
-        let (sessions, _) = g.json(["sessions", "--json"]);
-        sessions
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["status"] == "extracting"))
-    };
-    assert!(
-        wait_until(Duration::from_secs(120), extracting),
-        "the session never began to extract"
-    );
+    let extracting = || g.sessions().iter().any(|s| s["status"] == "extracting");
+    let session = g
+        .spawn(
+            g.run()
+                .failpoint(format!("extracting:until={}", go_on.display()))
+                .hostile(["bigfile", "8000000"]),
+        )
+        .wait_for("the session began to extract", extracting);
     let label = format!("label=golem.home={}", g.home.display());
-    let workers = crate::harness::docker_lines(&["ps", "-q", "--filter", &label]);
+    let workers = docker_lines(&["ps", "-q", "--filter", &label]);
     assert_eq!(workers.len(), 1, "{workers:?}");
-    let pid = crate::harness::docker_lines(&["inspect", "-f", "{{.State.Pid}}", &workers[0]]);
+    let pid = docker_lines(&["inspect", "-f", "{{.State.Pid}}", &workers[0]]);
     let init = Path::new("/proc").join(pid.first().expect("the init's pid"));
     // The engine reports the container stopped only once its streams are drained, so `docker
     // kill` returns after the session goes on reading: wait for the init to die instead.
@@ -874,13 +768,12 @@ fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
     let killed = kill.wait_with_output().expect("docker kill");
     assert!(killed.status.success(), "{}", stderr_text(&killed));
 
-    let child = session.0.take().unwrap();
-    let out = child.wait_with_output().expect("wait");
-    let run = parse_run(&out);
-    run.assert_status("failed", 1);
-    let error = run.json["error"].as_str().unwrap_or("");
+    let run = session.finish().expect(Status::Failed);
+    let error = run.error();
     assert!(error.contains("cut short"), "{error}");
+    assert!(run.host_failure, "{}", run.json);
     assert_eq!(run.json["host_failure"], true, "{}", run.json);
+    assert_eq!(run.rejected, 0, "{}", run.json);
     assert_eq!(run.json["rejected"], 0, "{}", run.json);
     assert!(run.json["staged"].is_null());
     assert_no_half_stage(&g.home);

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::attacks::{hostile, parse_run, run_bounded, staged_json, HANG_GUARD};
 use crate::harness::{docker_lines, hostile_image, remove_engine_resources, wait_until, Golem};
+use crate::harness::{hostile, parse_run, run_bounded, staged_json, HANG_GUARD};
 
 const NOBODY: u32 = 65534;
 
@@ -150,7 +150,7 @@ fn two_concurrent_sessions_get_their_own_uids_that_no_host_account_has() {
         assert_ne!(uid, u64::from(NOBODY));
         assert_ne!(gid, u64::from(NOBODY));
         assert!(!host_uids().contains(&uid), "{uid} is a host account");
-        let plan = crate::attacks::audited_plan(&g, &run.session());
+        let plan = crate::harness::audited_plan(&g, &run.session());
         assert_eq!(plan["user"], format!("{uid}:{gid}"));
         uids.push(uid);
     }

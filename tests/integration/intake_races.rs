@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::attacks::hostile;
+use crate::harness::hostile;
 use crate::harness::{hostile_image, stderr_text, wait_until, Golem};
 
 const SECRET: &str = "TOP-SECRET-7f3a9c-never-copy-me";

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::attacks::{
+use crate::harness::{
     audit_of, audited_rejections, hostile, parse_run, run_bounded, untrusted, worker_report, Run,
     HANG_GUARD,
 };

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::attacks::hostile;
+use crate::harness::hostile;
 use crate::harness::{git_with, stderr_text, Golem, IGNORE_GOLEM};
 
 /// Git leaves file names as they are, even on a file system that would precompose them.

@@ -1,10 +1,8 @@
 //! User stories for one session: from `golem-orch run` to the clearance stage.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
-use crate::harness::{engine_resources, hostile_image, stderr_text, wait_until, Golem};
+use crate::harness::{chmod, engine_resources, staged_json_in, stderr_text, Golem, Status};
 
 fn rejected_reasons(manifest: &Value) -> Vec<(String, String)> {
     manifest["rejected"]
@@ -29,26 +27,20 @@ fn staged_paths(manifest: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Runs the hostile image in `mode` and returns (run JSON, exit code).
-fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> (Value, i32) {
-    let image = hostile_image();
-    let mut args = vec!["run", "--json", "--image", image];
-    args.extend_from_slice(extra);
-    args.push("--");
-    args.extend_from_slice(mode);
-    g.json(args)
-}
-
 #[test]
 fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
     let g = Golem::new();
     let input = g.file("notes.txt", "Quarterly numbers\nrevenue went up\n");
-    let (run, code) = g.json(["run", "--untrusted", "--json", input.to_str().unwrap()]);
-    assert_eq!(code, 0, "{run}");
-    assert_eq!(run["status"], "staged");
-    assert_eq!(run["exit_code"], 0);
-    let staged = run["staged"].as_str().expect("staged id").to_string();
-    assert_eq!(run["session"], staged);
+    let run = g
+        .run()
+        .level("untrusted")
+        .input(&input)
+        .expect(Status::Staged);
+    assert_eq!(run.exit_code, Some(0));
+    assert_eq!(run.json["exit_code"], 0);
+    assert_eq!(run.files, 4, "{}", run.json);
+    let staged = run.staged();
+    assert_eq!(run.session(), staged);
 
     let report = std::fs::read_to_string(g.staged_files(&staged).join("notes.txt.md"))
         .expect("notes.txt.md");
@@ -58,9 +50,8 @@ fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
     );
 
     // The --json contracts scripts rely on.
-    let (list, code) = g.json(["staged", "--json"]);
-    assert_eq!(code, 0);
-    let entry = &list.as_array().expect("array")[0];
+    let list = g.staged();
+    let entry = &list[0];
     for key in ["id", "session", "files", "bytes", "created_at", "status"] {
         assert!(!entry[key].is_null(), "staged --json lacks {key}: {entry}");
     }
@@ -111,7 +102,7 @@ fn a_person_runs_an_untrusted_file_and_finds_a_report_in_the_stage() {
         expected.len(),
         "audit events out of order or missing: {events:?}"
     );
-    assert!(g.output(["audit", "--verify"]).status.success());
+    assert!(g.audit_verifies());
     g.assert_clean();
 }
 
@@ -120,24 +111,14 @@ fn the_worker_sees_its_input_read_only_and_nothing_else_of_the_host() {
     let g = Golem::new();
     let input = g.file("in/doc.txt", "evidence");
     g.file("not-an-input.txt", "secret neighbour");
-    let mut cmd = g.cmd([
-        "run",
-        "--json",
-        "--image",
-        hostile_image(),
-        input.to_str().unwrap(),
-        "--",
-        "probe",
-    ]);
-    cmd.env("GOLEM_TEST_SECRET", "hunter2-must-not-leak");
-    let out = cmd.output().expect("run");
-    let run: Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(run["status"], "staged", "{run} {}", stderr_text(&out));
-    let probe_text = std::fs::read_to_string(
-        g.staged_files(run["staged"].as_str().unwrap())
-            .join("probe.json"),
-    )
-    .expect("probe.json");
+    let run = g
+        .run()
+        .input(&input)
+        .env("GOLEM_TEST_SECRET", "hunter2-must-not-leak")
+        .hostile(["probe"])
+        .expect(Status::Staged);
+    let probe_text = std::fs::read_to_string(g.staged_files(&run.staged()).join("probe.json"))
+        .expect("probe.json");
     let probe: Value = serde_json::from_str(&probe_text).expect("probe json");
 
     // Not root, no capabilities, no way to gain privileges.
@@ -197,9 +178,11 @@ fn the_worker_sees_its_input_read_only_and_nothing_else_of_the_host() {
 #[test]
 fn links_fifos_sockets_and_setuid_files_never_reach_the_stage() {
     let g = Golem::new();
-    let (run, code) = hostile(&g, &[], &["symlinks"]);
-    assert_eq!(code, 0, "{run}");
-    let staged = run["staged"].as_str().expect("staged").to_string();
+    let staged = g
+        .run()
+        .hostile(["symlinks"])
+        .expect(Status::Staged)
+        .staged();
     let (manifest, _) = g.json(["show", &staged, "--json"]);
     // ok.txt and hard are one inode: tar stores whichever name comes first as the regular file
     // and the other as a hard link, which is refused. One copy of the content gets through.
@@ -260,9 +243,8 @@ fn links_fifos_sockets_and_setuid_files_never_reach_the_stage() {
 #[test]
 fn hostile_names_are_rejected_with_a_reason() {
     let g = Golem::new();
-    let (run, code) = hostile(&g, &[], &["names"]);
-    assert_eq!(code, 0, "{run}");
-    let (manifest, _) = g.json(["show", run["staged"].as_str().unwrap(), "--json"]);
+    let run = g.run().hostile(["names"]).expect(Status::Staged);
+    let (manifest, _) = g.json(["show", &run.staged(), "--json"]);
     assert_eq!(staged_paths(&manifest), ["ok.txt"]);
     assert_eq!(rejected_reasons(&manifest).len(), 3, "{manifest}");
     g.assert_clean();
@@ -272,14 +254,12 @@ fn hostile_names_are_rejected_with_a_reason() {
 fn a_worker_over_the_byte_cap_cannot_fill_the_host() {
     let g = Golem::new();
     g.file("golem.yaml", "levels:\n  untrusted:\n    output:\n      max_total_bytes: 2MiB\n      max_file_bytes: 2MiB\n");
-    let (run, code) = hostile(&g, &[], &["fill"]);
-    // The kernel stopped the writes at the volume's size; what exists is within the cap.
-    assert_eq!(code, 0, "{run}");
-    let bytes = run["bytes"].as_u64().unwrap();
+    // The kernel stopped the writes at the output's size; what exists is within the cap.
+    let run = g.run().hostile(["fill"]).expect(Status::Staged);
+    let bytes = run.bytes;
+    assert_eq!(run.json["bytes"], bytes);
     assert!(bytes <= 2 << 20, "staged {bytes} bytes over a 2 MiB cap");
-    let logs =
-        String::from_utf8_lossy(&g.output(["logs", run["session"].as_str().unwrap()]).stdout)
-            .into_owned();
+    let logs = String::from_utf8_lossy(&g.output(["logs", &run.session()]).stdout).into_owned();
     assert!(
         logs.contains("No space left on device") || logs.contains("os error 28"),
         "{logs}"
@@ -294,9 +274,11 @@ fn a_file_over_the_per_file_cap_is_rejected_and_the_rest_staged() {
         "golem.yaml",
         "levels:\n  untrusted:\n    output:\n      max_file_bytes: 64KiB\n",
     );
-    let (run, code) = hostile(&g, &[], &["bigfile", "200000"]);
-    assert_eq!(code, 0, "{run}");
-    let (manifest, _) = g.json(["show", run["staged"].as_str().unwrap(), "--json"]);
+    let run = g
+        .run()
+        .hostile(["bigfile", "200000"])
+        .expect(Status::Staged);
+    let (manifest, _) = g.json(["show", &run.staged(), "--json"]);
     assert_eq!(staged_paths(&manifest), ["ok.txt"]);
     let rejected = rejected_reasons(&manifest);
     assert_eq!(rejected.len(), 1);
@@ -311,12 +293,9 @@ fn too_many_files_rejects_the_output_as_a_whole() {
         "golem.yaml",
         "levels:\n  untrusted:\n    output:\n      max_files: 20\n",
     );
-    let (run, code) = hostile(&g, &[], &["many", "30"]);
-    assert_eq!(run["status"], "rejected", "{run}");
-    assert_eq!(code, 6);
-    assert!(run["staged"].is_null());
-    let (list, _) = g.json(["staged", "--json"]);
-    assert_eq!(list, serde_json::json!([]));
+    let run = g.run().hostile(["many", "30"]).expect(Status::Rejected);
+    assert!(run.json["staged"].is_null());
+    assert!(g.staged().is_empty());
     assert!(g.audit().iter().any(|r| r["event"] == "output.rejected"));
     g.assert_clean();
 }
@@ -324,11 +303,14 @@ fn too_many_files_rejects_the_output_as_a_whole() {
 #[test]
 fn a_worker_past_its_timeout_is_killed_and_reported() {
     let g = Golem::new();
-    let (run, code) = hostile(&g, &["--timeout", "2s"], &["ignore-term"]);
-    assert_eq!(run["status"], "timeout", "{run}");
-    assert_eq!(run["timed_out"], true);
-    assert_eq!(code, 4);
-    assert!(run["staged"].is_null());
+    let run = g
+        .run()
+        .flags(["--timeout", "2s"])
+        .hostile(["ignore-term"])
+        .expect(Status::Timeout);
+    assert!(run.timed_out);
+    assert_eq!(run.json["timed_out"], true);
+    assert!(run.json["staged"].is_null());
     let exited = g
         .audit()
         .into_iter()
@@ -341,20 +323,27 @@ fn a_worker_past_its_timeout_is_killed_and_reported() {
 #[test]
 fn a_memory_bomb_is_oom_killed_and_reported() {
     let g = Golem::new();
-    let (run, code) = hostile(&g, &["--memory", "64m"], &["membomb"]);
-    assert_eq!(run["status"], "oom", "{run}");
-    assert_eq!(run["oom_killed"], true);
-    assert_eq!(code, 5);
+    let run = g
+        .run()
+        .flags(["--memory", "64m"])
+        .hostile(["membomb"])
+        .expect(Status::Oom);
+    assert!(run.oom_killed);
+    assert_eq!(run.json["oom_killed"], true);
     g.assert_clean();
 }
 
 #[test]
 fn a_failing_worker_still_has_its_output_staged_and_its_exit_code_reported() {
     let g = Golem::new();
-    let (run, code) = hostile(&g, &[], &["exit", "7"]);
-    assert_eq!(run["status"], "staged", "{run}");
-    assert_eq!(run["exit_code"], 7);
-    assert_eq!(code, 3);
+    // A staged session whose worker failed exits 3.
+    let run = g
+        .run()
+        .hostile(["exit", "7"])
+        .outcome()
+        .expect_exit(Status::Staged, 3);
+    assert_eq!(run.exit_code, Some(7));
+    assert_eq!(run.json["exit_code"], 7);
     g.assert_clean();
 }
 
@@ -459,46 +448,29 @@ fn policy_show_prints_the_effective_narrowed_policy() {
 #[test]
 fn ctrl_c_cancels_the_session_and_removes_its_container() {
     let g = Golem::new();
-    let image = hostile_image();
-    let child = g
-        .cmd(["run", "--json", "--image", image, "--", "sleep", "300"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    assert!(
-        wait_until(Duration::from_secs(60), || g.running_workers() == 1),
-        "worker never started"
-    );
-    // SAFETY: sending a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(130));
-    let run: Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(run["status"], "cancelled");
+    let run = g
+        .spawn(g.run().hostile(["sleep", "300"]))
+        .wait_workers(1)
+        .signal(libc::SIGINT)
+        .finish()
+        .expect(Status::Cancelled);
+    assert_eq!(run.code, 130);
     g.assert_clean();
 }
 
 #[test]
 fn gc_cleans_up_after_an_orchestrator_killed_mid_session() {
     let g = Golem::new();
-    let image = hostile_image();
-    let mut child = g
-        .cmd(["run", "--image", image, "--", "sleep", "300"])
-        .spawn()
-        .expect("spawn");
-    assert!(
-        wait_until(Duration::from_secs(60), || g.running_workers() == 1),
-        "worker never started"
-    );
-    child.kill().expect("SIGKILL the orchestrator");
-    child.wait().expect("reap");
+    // Without --json, as a person at a terminal would run it.
+    g.spawn(g.command(["run"]).hostile(["sleep", "300"]))
+        .wait_workers(1)
+        .kill();
     // Other tests run the engine-wide `gc` too and may collect these first, so the story checks
     // outcomes rather than who collected what: after a gc, nothing of ours is left, and the
     // session is marked failed by gc in its own audit log.
     let (report, code) = g.json(["gc", "--json"]);
     assert_eq!(code, 0, "{report}");
-    let (sessions, _) = g.json(["sessions", "--json"]);
-    assert_eq!(sessions[0]["status"], "failed");
+    assert_eq!(g.sessions()[0]["status"], "failed");
     assert!(g
         .audit()
         .iter()
@@ -523,22 +495,13 @@ fn mounts(mountinfo: &str) -> Vec<(String, bool)> {
 #[test]
 fn higher_trust_levels_add_exactly_their_mounts() {
     let g = Golem::new();
-    let status = std::process::Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(g.project.path())
-        .status()
-        .expect("git");
-    assert!(status.success());
+    g.git_init();
     g.file("README.md", "a project");
-    let image = hostile_image();
     let probe_mounts = |level: &str| {
-        let (run, code) = g.json(["run", "--json", level, "--image", image, "--", "probe"]);
-        assert_eq!(code, 0, "{level}: {run}");
-        let text = std::fs::read_to_string(
-            g.staged_files(run["staged"].as_str().unwrap())
-                .join("probe.json"),
-        )
-        .unwrap();
+        let run = g.run().level(level).hostile(["probe"]).outcome();
+        assert_eq!(run.code, 0, "{level}: {}", run.json);
+        let text =
+            std::fs::read_to_string(g.staged_files(&run.staged()).join("probe.json")).unwrap();
         let probe: Value = serde_json::from_str(&text).unwrap();
         let all = mounts(probe["mountinfo"].as_str().unwrap_or(""));
         let find = |target: &str| all.iter().find(|(m, _)| m == target).map(|(_, ro)| *ro);
@@ -552,19 +515,19 @@ fn higher_trust_levels_add_exactly_their_mounts() {
     };
     // (input, workspace, repo, output, root): Some(true) = read-only, Some(false) = writable.
     assert_eq!(
-        probe_mounts("--untrusted"),
+        probe_mounts("untrusted"),
         (Some(true), None, None, Some(false), Some(true))
     );
     assert_eq!(
-        probe_mounts("--session"),
+        probe_mounts("session"),
         (Some(true), Some(false), None, Some(false), Some(true))
     );
     assert_eq!(
-        probe_mounts("--workspace"),
+        probe_mounts("workspace"),
         (Some(true), Some(false), Some(true), Some(false), Some(true))
     );
     assert_eq!(
-        probe_mounts("--full"),
+        probe_mounts("full"),
         (
             Some(true),
             Some(false),
@@ -581,20 +544,15 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
     // The common layout: state in ./.golem inside the project's repository, which `full` mounts
     // read-write at /repo.
     let g = Golem::new();
-    let status = std::process::Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(g.project.path())
-        .status()
-        .expect("git");
-    assert!(status.success());
+    g.git_init();
+    let home = g.project.path().join(".golem");
     let first = g.file("a.txt", "first session");
-    let mut cmd = g.cmd(["run", "--json", first.to_str().unwrap()]);
-    cmd.env("GOLEM_HOME", g.project.path().join(".golem"));
-    let earlier: Value = serde_json::from_slice(&cmd.output().unwrap().stdout).unwrap();
-    let earlier_id = earlier["staged"]
-        .as_str()
-        .expect("earlier staged")
-        .to_string();
+    let earlier_id = g
+        .run()
+        .home(&home)
+        .input(&first)
+        .expect(Status::Staged)
+        .staged();
     let earlier_report = g
         .project
         .path()
@@ -612,42 +570,17 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
     ];
     // Make everything writable by the worker's uid, so that only golem-orch's mounts stand in the
     // way (the policy grants a read-write work tree; the host's file modes would otherwise decide).
-    let chmod = std::process::Command::new("chmod")
-        .args(["-R", "a+rwX"])
-        .arg(g.project.path())
-        .status()
-        .unwrap();
-    assert!(chmod.success());
+    chmod(&["-R", "a+rwX"], g.project.path());
     // Except the state directory: one that others can write is refused outright (and golem-orch
     // keeps it 0700). The empty listing below shows the mask, not the modes, hides it.
-    let private = std::process::Command::new("chmod")
-        .args(["-R", "go-w"])
-        .arg(g.project.path().join(".golem"))
-        .status()
-        .unwrap();
-    assert!(private.success());
-    let mut args = vec![
-        "run",
-        "--json",
-        "--full",
-        "--image",
-        hostile_image(),
-        "--",
-        "try-write",
-    ];
-    args.extend(targets.iter().map(String::as_str));
-    let mut cmd = g.cmd(&args);
-    cmd.env("GOLEM_HOME", g.project.path().join(".golem"));
-    let out = cmd.output().unwrap();
-    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(run["status"], "staged", "{run} {}", stderr_text(&out));
-    let staged = g
-        .project
-        .path()
-        .join(".golem/staged")
-        .join(run["staged"].as_str().unwrap())
-        .join("files/writes.json");
-    let writes: Value = serde_json::from_str(&std::fs::read_to_string(staged).unwrap()).unwrap();
+    chmod(&["-R", "go-w"], &home);
+    let run = g
+        .run()
+        .home(&home)
+        .level("full")
+        .hostile(std::iter::once("try-write").chain(targets.iter().map(String::as_str)))
+        .expect(Status::Staged);
+    let writes = staged_json_in(&home, &run, "writes.json");
 
     // The work tree is writable at `full`, as the policy says...
     assert_eq!(writes["/repo/allowed.txt"]["ok"], true, "{writes}");
@@ -665,12 +598,7 @@ fn a_full_level_worker_cannot_touch_the_stage_the_audit_log_or_git_metadata() {
     );
     assert!(!g.project.path().join(".git/hooks/post-checkout").exists());
     assert_eq!(std::fs::read(&earlier_report).unwrap(), before);
-    assert!(g
-        .cmd(["audit", "--verify"])
-        .env("GOLEM_HOME", g.project.path().join(".golem"))
-        .status()
-        .unwrap()
-        .success());
+    assert!(g.audit_verifies_in(&home));
     let state = g.project.path().join(".golem").canonicalize().unwrap();
     assert!(engine_resources(&state).is_empty());
 }

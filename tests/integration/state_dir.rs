@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::attacks::{wait_for_stderr_line, ChildGuard, LabelGuard};
 use crate::harness::{docker_build, docker_lines, git, hostile_image, stderr_text, Golem};
+use crate::harness::{wait_for_stderr_line, ChildGuard, LabelGuard};
 
 /// The host's `nobody`: "another user" in these stories.
 const OTHER_UID: u32 = 65534;

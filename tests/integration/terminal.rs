@@ -9,8 +9,8 @@ use std::process::Output;
 use golem_protocol::chars;
 use serde_json::Value;
 
-use crate::attacks::{audited_rejections, hostile};
 use crate::harness::Golem;
+use crate::harness::{audited_rejections, hostile};
 
 /// OSC 52 (write the clipboard), SGR 8 (hide what follows), a right-to-left override, the
 /// single-byte CSI (U+009B), tag characters spelling "hi", a Hangul filler and a zero-width joiner.

@@ -1,7 +1,20 @@
 //! A small harness for user-story tests: each test gets its own project directory and state
 //! directory, drives the real `golem-orch` binary against the real engine, and checks that it
-//! left nothing behind. Containers and volumes are found by the `golem.home` label, which is
-//! unique per test, so parallel tests never see each other's resources.
+//! left nothing behind. What golem-orch creates in the engine (a session's container, and at
+//! levels that mount `/workspace` the project's overlay volume) carries the `golem.home` label,
+//! which is unique per test, so parallel tests never see each other's.
+//!
+//! - [`Golem::run`] builds a `golem-orch run --json` and returns a typed [`Run`];
+//! - [`Golem::spawn`] starts one in the background, to wait for its worker and signal or kill it;
+//! - [`hostile_image`] is the hostile test image, [`git`] the helpers for repositories;
+//! - [`attack!`] is the skeleton of an attack story: the host witnessed unchanged and the
+//!   engine clean afterwards.
+
+mod evidence;
+mod git;
+mod hostile;
+mod run;
+mod spawn;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -10,10 +23,39 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The repository of the image built from `tests/hostile-worker`, used to attack the sandbox.
-/// Its tag is the binary's content hash, so checkouts testing different hostile workers on one
-/// engine never replace each other's image.
-pub const HOSTILE_REPOSITORY: &str = "golem-hostile";
+pub use evidence::{
+    assert_no_half_stage, assert_untrusted_stage, audit_of, audited_plan, audited_rejections,
+    half_stages, session_logs, sha256_file, staged_json, staged_json_in, tree, untrusted,
+    worker_report, HostWitness,
+};
+pub use git::{git, git_with, IGNORE_GOLEM};
+pub use hostile::{docker_build, hostile, hostile_image};
+pub use run::{parse_run, run_bounded, Run, RunBuilder, Status, HANG_GUARD};
+pub use spawn::{wait_for_stderr_line, ChildGuard, LabelGuard};
+
+/// The skeleton every attack story shares, so a story holds only its attack and its checks:
+/// a fresh [`Golem`] named by the given identifier, a [`HostWitness`] taken after the optional
+/// `given { .. }` setup (which may create inputs in the project), and at the end the witness
+/// checked unchanged and the engine checked clean of anything labelled with this test's state
+/// directory. The body must not `return` early, or the final checks would be skipped.
+macro_rules! attack {
+    (
+        $(#[$meta:meta])*
+        fn $name:ident($g:ident) $(given { $($setup:tt)* })? { $($body:tt)* }
+    ) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            let $g = $crate::harness::Golem::new();
+            $($($setup)*)?
+            let witness = $crate::harness::HostWitness::take(&$g);
+            $($body)*
+            witness.assert_unchanged();
+            $g.assert_clean();
+        }
+    };
+}
+pub(crate) use attack;
 
 /// One isolated user of golem-orch: a project directory and a state directory.
 pub struct Golem {
@@ -90,18 +132,6 @@ impl Golem {
         path
     }
 
-    /// Makes the project a git repository with one commit, "initial", holding `files`; `config`
-    /// are extra `-c` settings for every git call.
-    pub fn git_repo(&self, config: &[&str], files: &[(&str, &str)]) {
-        let dir = self.project.path();
-        git_with(dir, config, &["init", "-q"]);
-        for (name, content) in files {
-            self.file(name, content);
-        }
-        git_with(dir, config, &["add", "-A"]);
-        git_with(dir, config, &["commit", "-q", "-m", "initial"]);
-    }
-
     /// The directory holding a staged commit's files.
     pub fn staged_files(&self, staged: &str) -> PathBuf {
         self.home.join("staged").join(staged).join("files")
@@ -114,7 +144,35 @@ impl Golem {
         v.as_array().cloned().unwrap_or_default()
     }
 
-    /// Containers and volumes of this state directory still in the engine.
+    /// The session records `sessions --json` lists.
+    pub fn sessions(&self) -> Vec<Value> {
+        let (v, code) = self.json(["sessions", "--json"]);
+        assert_eq!(code, 0, "{v}");
+        v.as_array().cloned().unwrap_or_default()
+    }
+
+    /// The staged commits `staged --json` lists.
+    pub fn staged(&self) -> Vec<Value> {
+        let (v, code) = self.json(["staged", "--json"]);
+        assert_eq!(code, 0, "{v}");
+        v.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Whether `audit --verify` finds the hash chain intact.
+    pub fn audit_verifies(&self) -> bool {
+        self.audit_verifies_in(&self.home)
+    }
+
+    /// Whether `audit --verify` finds the hash chain of the state directory `home` intact.
+    pub fn audit_verifies_in(&self, home: &Path) -> bool {
+        self.command(["audit", "--verify"])
+            .home(home)
+            .output()
+            .status
+            .success()
+    }
+
+    /// What of this state directory is still in the engine (see [`engine_resources`]).
     pub fn leftovers(&self) -> Vec<String> {
         engine_resources(&self.home)
     }
@@ -150,7 +208,9 @@ impl Drop for Golem {
     }
 }
 
-/// Containers and volumes labelled with the state directory `home`.
+/// Containers and volumes labelled with the state directory `home`: sessions' containers and
+/// the `/workspace` overlay volume, which the last session of a project using it removes. (The
+/// output is a tmpfs, never a volume.)
 pub fn engine_resources(home: &Path) -> Vec<String> {
     let label = format!("label=golem.home={}", home.display());
     let mut found = docker_lines(&["ps", "-aq", "--filter", &label]);
@@ -201,64 +261,6 @@ pub fn worker_image() {
     });
 }
 
-/// Builds `tests/hostile-worker` statically and wraps it in a scratch image, once per test binary.
-pub fn hostile_image() -> &'static str {
-    static TAG: OnceLock<String> = OnceLock::new();
-    TAG.get_or_init(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
-        let target_dir = workspace.join("target").join("static-worker");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(&workspace)
-            .args(["build", "--release", "--locked", "-p", "hostile-worker", "--target", "x86_64-unknown-linux-gnu", "--target-dir"])
-            .arg(&target_dir)
-            .env_remove("RUSTFLAGS")
-            .env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static")
-            .output()
-            .expect("cargo build hostile-worker");
-        assert!(out.status.success(), "building hostile-worker failed: {}", String::from_utf8_lossy(&out.stderr));
-        let context = tempfile::tempdir().expect("context dir");
-        let binary = std::fs::read(target_dir.join("x86_64-unknown-linux-gnu/release/hostile-worker"))
-            .expect("read hostile-worker");
-        let copy = context.path().join("hostile-worker");
-        std::fs::write(&copy, &binary).expect("copy hostile-worker");
-        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("make hostile-worker executable");
-        let tag = format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary));
-        std::fs::write(
-            context.path().join("Dockerfile"),
-            "FROM scratch\nCOPY hostile-worker /hostile-worker\nUSER 65534:65534\nENTRYPOINT [\"/hostile-worker\"]\n",
-        )
-        .expect("Dockerfile");
-        docker_build(&tag, context.path());
-        tag
-    })
-}
-
-/// Builds the image `tag` from the Dockerfile in `context` with the classic builder, which uses
-/// a local `FROM` image (such as [`hostile_image`]) without trying to pull it; panics on failure.
-pub fn docker_build(tag: &str, context: &Path) {
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", tag])
-        .arg(context)
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .expect("docker build");
-    assert!(
-        out.status.success(),
-        "docker build {tag}: {}",
-        stderr_text(&out)
-    );
-}
-
-/// A short, stable tag for `bytes` (FNV-1a, 64 bits): enough to tell builds apart on one engine.
-fn content_tag(bytes: &[u8]) -> String {
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("test-{hash:016x}")
-}
-
 /// Polls until `f` returns true or the deadline passes (for waiting on the engine, never for timing).
 pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -271,35 +273,18 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
-/// The first line of stderr, for one-line error checks.
+/// Runs `chmod ARGS PATH`; fails the test if it fails (stories that take the host's file modes
+/// out of the way, so that only golem-orch's mounts stand between a worker and a path).
+pub fn chmod(args: &[&str], path: &Path) {
+    let status = Command::new("chmod")
+        .args(args)
+        .arg(path)
+        .status()
+        .expect("chmod");
+    assert!(status.success(), "chmod {args:?} {}", path.display());
+}
+
+/// Everything a finished command wrote to stderr, as text.
 pub fn stderr_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A `.gitignore` that keeps the project's `.golem/` directory out of commits.
-pub const IGNORE_GOLEM: (&str, &str) = (".gitignore", ".golem/\n");
-
-/// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    git_with(dir, &[], args)
-}
-
-/// [`git`] with extra `-c` settings after the fixed identity.
-pub fn git_with(dir: &Path, config: &[&str], args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=Person",
-            "-c",
-            "user.email=person@example.org",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(config)
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", stderr_text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
