@@ -64,12 +64,12 @@ pub const MAX_DEPTH: usize = 16;
 /// open or read, a directory it could not list, a socket, a path too long to walk). It is one of
 /// the types POSIX leaves to implementations (`A`-`Z`) that no tar writer uses; the worker never
 /// writes the archive, so only the init can emit it. The init's side of this contract is
-/// worker-image `init::REFUSAL_TYPE`.
-pub const INIT_REFUSAL_TYPE: u8 = b'Z';
+/// `golem_protocol::init::REFUSAL_TYPE`, which the init writes.
+pub const INIT_REFUSAL_TYPE: u8 = golem_protocol::init::REFUSAL_TYPE;
 
 /// The PAX record that precedes an [`INIT_REFUSAL_TYPE`] entry and says why the init could not
-/// archive it (worker-image `init::REFUSAL_KEY`).
-pub const INIT_REFUSAL_KEY: &str = "GOLEM.refused";
+/// archive it (`golem_protocol::init::REFUSAL_KEY`).
+pub const INIT_REFUSAL_KEY: &str = golem_protocol::init::REFUSAL_KEY;
 
 /// Caps from the trust policy.
 ///

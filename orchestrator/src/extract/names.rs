@@ -15,8 +15,7 @@ pub(super) fn validate_root_arg(root: &str) -> Result<(), ExtractError> {
         && root != ".."
         && root.len() <= MAX_COMPONENT_BYTES
         && !root.contains('/')
-        && !root.contains('\\')
-        && !root.chars().any(is_forbidden_char);
+        && !root.chars().any(golem_protocol::chars::is_refused_in_name);
     if ok {
         Ok(())
     } else {
