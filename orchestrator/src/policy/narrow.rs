@@ -383,3 +383,388 @@ pub fn narrow_for_run(
 ) -> Result<(), PolicyError> {
     policy.narrow(&Narrowing::from_flags(memory, timeout, None), Origin::Flags)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::load::apply_project;
+    use super::*;
+    use crate::workers::Definition;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn access() -> impl Strategy<Value = Access> {
+        prop_oneof![Just(Access::None), Just(Access::Ro), Just(Access::Rw)]
+    }
+
+    /// A random valid policy: any level, every value somewhere inside what the level allows.
+    fn policy() -> impl Strategy<Value = Policy> {
+        let level = proptest::sample::select(TrustLevel::ALL.to_vec());
+        level.prop_flat_map(|level| {
+            let mounts = (
+                prop_oneof![Just(Access::None), Just(Access::Ro)],
+                access(),
+                access(),
+            );
+            let resources = (
+                (6u64 << 20)..=(8u64 << 30),
+                1u32..=400,
+                1u64..=4096,
+                1u64..=7200,
+                1u64..=(1u64 << 30),
+            );
+            let output = (1u64..=(1u64 << 30), 1u64..=10_000, 1u64..=(1u64 << 30));
+            let env = proptest::sample::subsequence(vec!["HOME", "TERM", "TZ"], 0..=3);
+            let runtime = proptest::option::of(Just("runsc"));
+            let input = 1u64..=level.input_ceiling().bytes();
+            (
+                (Just(level), mounts, any::<bool>(), resources),
+                (output, input, env, runtime),
+            )
+                .prop_map(|((level, m, opt_in, r), (o, input, env, runtime))| {
+                    let mut p = super::super::load(level, None, None).unwrap().policy;
+                    let (ws_max, repo_max) = level.ceiling();
+                    p.mounts = Mounts {
+                        input: m.0,
+                        workspace: m.1.min(ws_max),
+                        repo: m.2.min(repo_max),
+                    };
+                    p.network.allow_opt_in = opt_in && level == TrustLevel::Full;
+                    p.resources.memory = Size(r.0);
+                    p.resources.cpus = f64::from(r.1) / 100.0;
+                    p.resources.pids = r.2;
+                    p.resources.timeout = Limit(Duration::from_secs(r.3));
+                    p.resources.tmp = Size(r.4);
+                    p.output.max_total_bytes = Size(o.0);
+                    p.output.max_files = o.1;
+                    p.output.max_file_bytes = Size(o.2.min(o.0));
+                    p.input.max_total_bytes = Size(input);
+                    p.env.pass = env.into_iter().map(String::from).collect();
+                    p.runtime = runtime.map(String::from);
+                    p
+                })
+        })
+    }
+
+    /// Below, at and above `base`, and sometimes small whatever `base` is.
+    fn around(base: u64) -> impl Strategy<Value = u64> {
+        prop_oneof![
+            3 => 1..=base,
+            2 => base..=base.saturating_mul(2),
+            1 => 1u64..=(8 << 20),
+        ]
+    }
+
+    fn some<T: fmt::Debug>(s: impl Strategy<Value = T>) -> impl Strategy<Value = Option<T>> {
+        proptest::option::weighted(0.4, s)
+    }
+
+    fn resources(p: &Policy) -> impl Strategy<Value = ResourcesNarrowing> {
+        let r = &p.resources;
+        // Whole hundredths, as people write them; zero is below the floor.
+        let cpus = (0..=(r.cpus * 200.0) as u32).prop_map(|c| f64::from(c) / 100.0);
+        let pids = prop_oneof![1 => Just(0), 5 => around(r.pids)];
+        (
+            some(around(r.memory.bytes()).prop_map(Size)),
+            some(cpus),
+            some(pids),
+            some(around(r.timeout.duration().as_secs()).prop_map(Duration::from_secs)),
+            some(around(r.tmp.bytes()).prop_map(Size)),
+        )
+            .prop_map(|(memory, cpus, pids, timeout, tmp)| ResourcesNarrowing {
+                memory,
+                cpus,
+                pids,
+                timeout: timeout.map(Limit),
+                tmp,
+            })
+    }
+
+    fn output(p: &Policy) -> impl Strategy<Value = OutputNarrowing> {
+        let o = &p.output;
+        let files = prop_oneof![1 => Just(0), 5 => around(o.max_files)];
+        (
+            some(around(o.max_total_bytes.bytes()).prop_map(Size)),
+            some(files),
+            some(around(o.max_file_bytes.bytes()).prop_map(Size)),
+        )
+            .prop_map(
+                |(max_total_bytes, max_files, max_file_bytes)| OutputNarrowing {
+                    max_total_bytes,
+                    max_files,
+                    max_file_bytes,
+                },
+            )
+    }
+
+    fn env(p: &Policy) -> impl Strategy<Value = EnvNarrowing> {
+        let mut names = p.env.pass.clone();
+        names.push("EXTRA".into());
+        let len = names.len();
+        let set = prop_oneof![
+            Just(BTreeMap::new()),
+            Just(BTreeMap::from([(
+                "LD_PRELOAD".into(),
+                "/input/x.so".into()
+            )])),
+        ];
+        (
+            some(proptest::sample::subsequence(names, 0..=len)),
+            some(set),
+        )
+            .prop_map(|(pass, set)| EnvNarrowing { pass, set })
+    }
+
+    /// A random narrowing of `p`, every value drawn below, at and above the policy's own.
+    fn narrowing(p: &Policy) -> impl Strategy<Value = Narrowing> {
+        let mounts =
+            (some(access()), some(access()), some(access())).prop_map(|m| MountsNarrowing {
+                input: m.0,
+                workspace: m.1,
+                repo: m.2,
+            });
+        let network =
+            some(any::<bool>()).prop_map(|allow_opt_in| NetworkNarrowing { allow_opt_in });
+        let input = some(around(p.input.max_total_bytes.bytes()).prop_map(Size))
+            .prop_map(|max_total_bytes| InputNarrowing { max_total_bytes });
+        let runtime = prop_oneof![Just("runsc".to_string()), Just("runc".to_string())];
+        (
+            (some(mounts), some(network), some(resources(p))),
+            (some(output(p)), some(input), some(env(p)), some(runtime)),
+        )
+            .prop_map(
+                |((mounts, network, resources), (output, input, env, runtime))| Narrowing {
+                    mounts,
+                    network,
+                    resources,
+                    output,
+                    input,
+                    env,
+                    runtime,
+                },
+            )
+    }
+
+    fn case() -> impl Strategy<Value = (Policy, Narrowing)> {
+        policy().prop_flat_map(|p| {
+            let n = narrowing(&p);
+            (Just(p), n)
+        })
+    }
+
+    /// The narrowed policy, or the error without its location: the entry points report the
+    /// same problem at different places (a line, a worker file, a flag).
+    type Outcome = Result<Policy, String>;
+
+    fn outcome(
+        base: &Policy,
+        apply: impl FnOnce(&mut Policy) -> Result<(), PolicyError>,
+    ) -> Outcome {
+        let mut p = base.clone();
+        apply(&mut p).map(|()| p).map_err(|e| match e {
+            PolicyError::Widen {
+                level,
+                key,
+                asked,
+                allowed,
+                ..
+            } => format!("{level} {key}: {asked} > {allowed}"),
+            PolicyError::Invalid { message, .. } => message,
+            other => other.to_string(),
+        })
+    }
+
+    /// Through a `golem.yaml` holding `n` for the policy's level, as text, the way `load` reads it.
+    fn via_project_file(base: &Policy, n: &Narrowing) -> Outcome {
+        let file = BTreeMap::from([("levels", BTreeMap::from([(base.level, n)]))]);
+        let text = serde_yaml::to_string(&file).unwrap();
+        outcome(base, |p| {
+            assert!(apply_project(p, &text, "golem.yaml")?, "{text}");
+            Ok(())
+        })
+    }
+
+    /// Through a worker definition file asking for `n`'s mounts and output.
+    fn via_worker(base: &Policy, n: &Narrowing) -> Outcome {
+        let m = n.mounts.clone().unwrap_or_default();
+        let mounts: BTreeMap<&str, Access> = [("input", m.input), ("workspace", m.workspace)]
+            .into_iter()
+            .chain([("repo", m.repo)])
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        let asks = BTreeMap::from([
+            ("mounts", serde_yaml::to_value(mounts).unwrap()),
+            (
+                "output",
+                serde_yaml::to_value(n.output.clone().unwrap_or_default()).unwrap(),
+            ),
+        ]);
+        let text = format!(
+            "---\nname: w\ndescription: d\nimage: golem-worker\ntrust: untrusted\n{}---\nDo it.\n",
+            serde_yaml::to_string(&asks).unwrap()
+        );
+        let def = Definition::parse(&text, "w.worker").unwrap();
+        outcome(base, |p| def.narrow(p))
+    }
+
+    /// Through the run flags, in the order the command line applies them.
+    fn via_flags(base: &Policy, n: &Narrowing) -> Outcome {
+        let r = n.resources.clone().unwrap_or_default();
+        let input = n.input.clone().unwrap_or_default();
+        outcome(base, |p| {
+            narrow_for_run(p, r.memory, r.timeout)?;
+            narrow_input(p, input.max_total_bytes)
+        })
+    }
+
+    fn worker_part(n: &Narrowing) -> Narrowing {
+        Narrowing {
+            mounts: n.mounts.clone(),
+            output: n.output.clone(),
+            ..Narrowing::default()
+        }
+    }
+
+    fn flags_part(n: &Narrowing) -> Narrowing {
+        let r = n.resources.clone().unwrap_or_default();
+        let input = n.input.clone().unwrap_or_default();
+        Narrowing::from_flags(r.memory, r.timeout, input.max_total_bytes)
+    }
+
+    /// Panics when `p` grants anything `base` does not, or is not a valid policy.
+    fn assert_never_wider(base: &Policy, p: &Policy) {
+        assert_eq!(p.validate(), Ok(()));
+        assert_eq!(
+            (p.level, &p.user, &p.env.set, &p.runtime),
+            (base.level, &base.user, &base.env.set, &base.runtime)
+        );
+        assert!(p.mounts.input <= base.mounts.input);
+        assert!(p.mounts.workspace <= base.mounts.workspace);
+        assert!(p.mounts.repo <= base.mounts.repo);
+        assert_eq!(p.network.mode, base.network.mode);
+        assert!(p.network.allow_opt_in <= base.network.allow_opt_in);
+        let (r, b) = (&p.resources, &base.resources);
+        assert!(r.memory <= b.memory && r.cpus <= b.cpus && r.pids <= b.pids);
+        assert!(r.timeout <= b.timeout && r.tmp <= b.tmp);
+        let (o, b) = (&p.output, &base.output);
+        assert!(o.max_total_bytes <= b.max_total_bytes && o.max_files <= b.max_files);
+        assert!(o.max_file_bytes <= b.max_file_bytes && o.max_file_bytes <= o.max_total_bytes);
+        assert!(p.input.max_total_bytes <= base.input.max_total_bytes);
+        assert!(p.env.pass.iter().all(|v| base.env.pass.contains(v)));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_three_entry_points_agree((base, n) in case()) {
+            // golem.yaml can say everything: its text path matches the narrowing itself.
+            let direct = outcome(&base, |p| p.narrow(&n, Origin::Flags));
+            prop_assert_eq!(via_project_file(&base, &n), direct);
+            let w = worker_part(&n);
+            prop_assert_eq!(via_worker(&base, &w), via_project_file(&base, &w));
+            let f = flags_part(&n);
+            prop_assert_eq!(via_flags(&base, &f), via_project_file(&base, &f));
+        }
+
+        #[test]
+        fn narrowing_never_widens_and_fails_whole((base, n) in case()) {
+            let mut p = base.clone();
+            match p.narrow(&n, Origin::Flags) {
+                Ok(()) => assert_never_wider(&base, &p),
+                Err(_) => prop_assert_eq!(p, base),
+            }
+        }
+    }
+
+    /// The generator reaches both outcomes on every path, so agreement is not vacuous.
+    #[test]
+    fn the_generator_exercises_both_outcomes_on_every_path() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let mut counts = [[0u32; 2]; 3];
+        for _ in 0..400 {
+            let (base, n) = case().new_tree(&mut runner).unwrap().current();
+            let paths = [
+                via_project_file(&base, &n),
+                via_worker(&base, &worker_part(&n)),
+                via_flags(&base, &flags_part(&n)),
+            ];
+            for (count, result) in counts.iter_mut().zip(paths) {
+                count[usize::from(result.is_err())] += 1;
+            }
+        }
+        for [ok, err] in counts {
+            assert!(ok > 40 && err > 40, "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_cap_above_the_total_is_clamped_on_every_path() {
+        let base = super::super::load(TrustLevel::Untrusted, None, None)
+            .unwrap()
+            .policy;
+        assert!(base.output.max_file_bytes < base.output.max_total_bytes);
+        // Lowering the total alone leaves no file cap above it ...
+        let total_only = Narrowing {
+            output: Some(OutputNarrowing {
+                max_total_bytes: Some(Size(1 << 20)),
+                ..OutputNarrowing::default()
+            }),
+            ..Narrowing::default()
+        };
+        // ... and a file cap between the new total and the old cap is clamped, not refused.
+        let both = Narrowing {
+            output: Some(OutputNarrowing {
+                max_total_bytes: Some(Size(1 << 20)),
+                max_file_bytes: Some(Size(2 << 20)),
+                ..OutputNarrowing::default()
+            }),
+            ..Narrowing::default()
+        };
+        for n in [total_only, both] {
+            let via_file = via_project_file(&base, &n).unwrap();
+            assert_eq!(via_file.output.max_file_bytes, Size(1 << 20));
+            assert_eq!(via_worker(&base, &n), Ok(via_file));
+        }
+    }
+
+    #[test]
+    fn errors_point_at_the_line_the_worker_or_the_flag() {
+        let base = super::super::load(TrustLevel::Untrusted, None, None)
+            .unwrap()
+            .policy;
+        let text = "levels:\n  untrusted:\n    resources:\n      memory: 1m\n";
+        let err = apply_project(&mut base.clone(), text, "golem.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "golem.yaml:4:7: resources.memory: Docker needs at least 6MiB"
+        );
+        let err = narrow_for_run(&mut base.clone(), Some(Size(1 << 20)), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--memory: resources.memory: Docker needs at least 6MiB"
+        );
+        let err = narrow_input(&mut base.clone(), Some(Size(8 << 30))).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--max-input: input.max_total_bytes may only narrow"),
+            "{err}"
+        );
+        let n = Narrowing {
+            output: Some(OutputNarrowing {
+                max_files: Some(0),
+                ..OutputNarrowing::default()
+            }),
+            ..Narrowing::default()
+        };
+        let err = base
+            .clone()
+            .narrow(&n, Origin::Worker { file: "w.worker" })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "w.worker: output.max_files: must be greater than zero"
+        );
+    }
+}
