@@ -377,6 +377,29 @@ impl Policy {
                 "only the full level may opt in to a network".into(),
             );
         }
+        self.validate_limits()?;
+        parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
+        for name in self.env.set.keys().chain(self.env.pass.iter()) {
+            if !valid_env_name(name) {
+                return err("env", format!("{name:?} is not a valid variable name"));
+            }
+        }
+        if let Some(rt) = &self.runtime {
+            if rt.is_empty()
+                || !rt
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return err("runtime", format!("{rt:?} is not a runtime name"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The numeric half of [`Policy::validate`]: the floors a narrowing can run into (checked
+    /// by `Policy::narrow` after each section) and the level's input ceiling.
+    fn validate_limits(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((k.to_string(), m));
         // Below 0.01 the value rounds to NanoCpus 0, which Docker reads as "no limit".
         if !(self.resources.cpus >= 0.01 && self.resources.cpus <= 1024.0) {
             return err(
@@ -402,21 +425,6 @@ impl Policy {
                 "input.max_total_bytes",
                 format!("level {} allows at most {input_max}", self.level),
             );
-        }
-        parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
-        for name in self.env.set.keys().chain(self.env.pass.iter()) {
-            if !valid_env_name(name) {
-                return err("env", format!("{name:?} is not a valid variable name"));
-            }
-        }
-        if let Some(rt) = &self.runtime {
-            if rt.is_empty()
-                || !rt
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
-                return err("runtime", format!("{rt:?} is not a runtime name"));
-            }
         }
         Ok(())
     }
