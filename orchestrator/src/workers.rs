@@ -11,8 +11,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{self, Access, Location, Policy, PolicyError, TrustLevel};
-use crate::units::Size;
+use crate::policy::{self, Access, Location, MountsNarrowing, Narrowing, Origin, Policy};
+use crate::policy::{PolicyError, TrustLevel};
+
+/// Output limits a definition may lower: the output part of the one [`Narrowing`], re-exported
+/// here because a definition's `output:` section is where most people meet it.
+pub use crate::policy::OutputNarrowing;
 
 /// The image name that means "golem-orch's own worker image".
 pub const BUILTIN_IMAGE: &str = "golem-worker";
@@ -45,21 +49,6 @@ struct FrontMatter {
     mounts: BTreeMap<String, Access>,
     #[serde(default)]
     output: OutputNarrowing,
-}
-
-/// Output limits a definition may lower.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct OutputNarrowing {
-    /// Lower total bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_total_bytes: Option<Size>,
-    /// Lower file count.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_files: Option<u64>,
-    /// Lower bytes per file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_file_bytes: Option<Size>,
 }
 
 /// A loaded worker definition.
@@ -142,13 +131,8 @@ impl Definition {
                 "image must name golem-worker or a local image".into(),
             ));
         }
-        for key in front.mounts.keys() {
-            if !["input", "workspace", "repo"].contains(&key.as_str()) {
-                return Err(invalid(
-                    locate("mounts"),
-                    format!("unknown mount {key:?} (expected input, workspace or repo)"),
-                ));
-            }
+        if let Err(message) = mount_narrowing(&front.mounts) {
+            return Err(invalid(locate("mounts"), message));
         }
         Ok(Definition {
             name: front.name,
@@ -168,79 +152,50 @@ impl Definition {
         self.image == BUILTIN_IMAGE
     }
 
-    /// Narrows `policy` (already at the run's trust level) to what this worker asks for.
-    /// Asking for more than the level grants is an error naming the mount.
+    /// Narrows `policy` (already at the run's trust level) to what this worker asks for, by the
+    /// same rules as `golem.yaml` and the run flags ([`Policy::narrow`]). Asking for more than
+    /// the level grants is an error naming the mount or limit.
     pub fn narrow(&self, policy: &mut Policy) -> Result<(), PolicyError> {
-        let at = || Location {
-            file: self.source.clone(),
-            line_col: None,
+        let invalid = |message: String| PolicyError::Invalid {
+            at: Location {
+                file: self.source.clone(),
+                line_col: None,
+            },
+            message,
         };
         if policy.level < self.trust {
-            return Err(PolicyError::Invalid {
-                at: at(),
-                message: format!(
-                    "worker {} needs trust level {} but the run is {}",
-                    self.name, self.trust, policy.level
-                ),
-            });
+            return Err(invalid(format!(
+                "worker {} needs trust level {} but the run is {}",
+                self.name, self.trust, policy.level
+            )));
         }
-        for (name, asked) in &self.mounts {
-            let slot = match name.as_str() {
-                "input" => &mut policy.mounts.input,
-                "workspace" => &mut policy.mounts.workspace,
-                _ => &mut policy.mounts.repo,
-            };
-            if *asked > *slot {
-                return Err(PolicyError::Widen {
-                    at: at(),
-                    level: policy.level,
-                    key: format!("mounts.{name}"),
-                    asked: asked.to_string(),
-                    allowed: slot.to_string(),
-                });
-            }
-            *slot = *asked;
-        }
-        let o = &self.output;
-        let widen = |key: &str, asked: String, allowed: String| PolicyError::Widen {
-            at: at(),
-            level: policy.level,
-            key: format!("output.{key}"),
-            asked,
-            allowed,
+        let narrowing = Narrowing {
+            mounts: Some(mount_narrowing(&self.mounts).map_err(invalid)?),
+            output: Some(self.output.clone()),
+            ..Narrowing::default()
         };
-        if let Some(v) = o.max_total_bytes {
-            if v > policy.output.max_total_bytes {
-                return Err(widen(
-                    "max_total_bytes",
-                    v.to_string(),
-                    policy.output.max_total_bytes.to_string(),
-                ));
-            }
-            policy.output.max_total_bytes = v;
-        }
-        if let Some(v) = o.max_files {
-            if v > policy.output.max_files {
-                return Err(widen(
-                    "max_files",
-                    v.to_string(),
-                    policy.output.max_files.to_string(),
-                ));
-            }
-            policy.output.max_files = v;
-        }
-        if let Some(v) = o.max_file_bytes {
-            if v > policy.output.max_file_bytes {
-                return Err(widen(
-                    "max_file_bytes",
-                    v.to_string(),
-                    policy.output.max_file_bytes.to_string(),
-                ));
-            }
-            policy.output.max_file_bytes = v.min(policy.output.max_total_bytes);
-        }
-        Ok(())
+        policy.narrow(&narrowing, Origin::Worker { file: &self.source })
     }
+}
+
+/// A definition's `mounts:` map as the mount part of a [`Narrowing`]; an unknown name is an
+/// error, never ignored, so a typo cannot leave a mount wider than the author meant.
+fn mount_narrowing(mounts: &BTreeMap<String, Access>) -> Result<MountsNarrowing, String> {
+    let mut n = MountsNarrowing::default();
+    for (name, access) in mounts {
+        let slot = match name.as_str() {
+            "input" => &mut n.input,
+            "workspace" => &mut n.workspace,
+            "repo" => &mut n.repo,
+            _ => {
+                return Err(format!(
+                    "unknown mount {name:?} (expected input, workspace or repo)"
+                ))
+            }
+        };
+        *slot = Some(*access);
+    }
+    Ok(n)
 }
 
 /// Loads the built-in definitions and then every `*.worker` in `dir` (a project's `workers/`).

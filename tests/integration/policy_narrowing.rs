@@ -4,9 +4,16 @@
 //! written to a project file and loaded with `policy::load`; whatever loads must grant nothing
 //! the shipped policy does not. (No engine needed; the fuzz target `policy` checks the same
 //! property on arbitrary text.)
+//!
+//! The stories after the properties check that the three places a narrowing can be written
+//! (`golem.yaml`, a worker definition, the run flags) apply one rule.
 
 use golem_orch::policy::{self, Access, NetworkMode, Policy, TrustLevel};
+use golem_orch::units::Size;
+use golem_orch::workers::Definition;
 use proptest::prelude::*;
+
+use crate::harness::{stderr_text, Golem};
 
 /// Panics when `p` grants anything `base` does not.
 fn assert_never_wider(base: &Policy, p: &Policy) {
@@ -175,4 +182,72 @@ fn the_overlay_generator_exercises_both_outcomes() {
         loaded > 20 && refused > 20,
         "loaded {loaded}, refused {refused}"
     );
+}
+
+/// Attack story (issue 12): narrowing was written three times, and the copies disagreed about a
+/// per-file output cap above the output total. A worker definition clamped it, a `golem.yaml`
+/// refused it, and a definition that lowered only the total left the file cap above it: the
+/// session got a policy that no policy file may hold. One function now applies all three, so a
+/// `golem.yaml` (read by the binary) and a worker definition give the same policy, and a cap
+/// above the level's own is refused on both paths with the same key.
+#[test]
+fn a_file_cap_above_the_total_is_clamped_alike_by_golem_yaml_and_a_worker_definition() {
+    let g = Golem::new();
+    let base = policy::load(TrustLevel::Untrusted, None, None)
+        .unwrap()
+        .policy;
+    assert_eq!(base.output.max_file_bytes, Size(8 << 20));
+    let worker = |output: &str| {
+        let text = format!(
+            "---\nname: w\ndescription: d\nimage: golem-worker\ntrust: untrusted\n{output}---\n"
+        );
+        Definition::parse(&text, "w.worker").unwrap()
+    };
+    let project = |output: &str| {
+        let indented: String = output.lines().map(|l| format!("    {l}\n")).collect();
+        g.file("golem.yaml", format!("levels:\n  untrusted:\n{indented}"))
+    };
+
+    // A file cap between the new total and the level's own: clamped to the total, both ways.
+    let output = "output:\n  max_total_bytes: 1MiB\n  max_file_bytes: 2MiB\n";
+    let file = project(output);
+    let (shown, code) = g.json(["policy", "show", "untrusted", "--json"]);
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(shown["output"]["max_total_bytes"], "1MiB", "{shown}");
+    assert_eq!(shown["output"]["max_file_bytes"], "1MiB", "{shown}");
+    let from_file = policy::load(TrustLevel::Untrusted, None, Some(&file))
+        .unwrap()
+        .policy;
+    let mut from_worker = base.clone();
+    worker(output).narrow(&mut from_worker).unwrap();
+    assert_eq!(from_worker, from_file);
+
+    // Lowering only the total leaves no file cap above it, whoever asks.
+    let output = "output:\n  max_total_bytes: 1MiB\n";
+    let file = project(output);
+    let from_file = policy::load(TrustLevel::Untrusted, None, Some(&file))
+        .unwrap()
+        .policy;
+    let mut from_worker = base.clone();
+    worker(output).narrow(&mut from_worker).unwrap();
+    assert_eq!(from_worker.output.max_file_bytes, Size(1 << 20));
+    assert_eq!(from_worker, from_file);
+
+    // A file cap above the level's own is a widening on both paths, named by its key.
+    let output = "output:\n  max_file_bytes: 16MiB\n";
+    project(output);
+    let out = g.output(["policy", "show", "untrusted"]);
+    let err = stderr_text(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("output.max_file_bytes may only narrow"),
+        "{err}"
+    );
+    let err = worker(output).narrow(&mut base.clone()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("w.worker: output.max_file_bytes may only narrow"),
+        "{err}"
+    );
+    g.assert_clean();
 }

@@ -2,16 +2,28 @@
 //!
 //! Policies are the single source of every mount, limit and flag a container gets, so loading is
 //! strict (unknown keys and bad values are errors with file, line and column) and layering only
-//! ever narrows: a project's `golem.yaml` or a command-line flag can take access away, never add it.
-//! All YAML parsing in the crate lives here and in the worker-definition loader.
+//! ever narrows: a project's `golem.yaml`, a worker definition or a command-line flag can take
+//! access away, never add it, and all three go through one function ([`Policy::narrow`], in
+//! `narrow.rs`). Loading and the project file live in `load.rs`, which also holds the crate's one
+//! YAML parser.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use crate::units::{Limit, Size};
+
+mod load;
+mod narrow;
+
+pub use load::{find_project_file, load, Effective, PROJECT_FILE};
+pub(crate) use load::{locate, parse_yaml};
+pub use narrow::{
+    narrow_for_run, narrow_input, EnvNarrowing, InputNarrowing, MountsNarrowing, Narrowing,
+    NetworkNarrowing, Origin, OutputNarrowing, ResourcesNarrowing,
+};
 
 /// The four trust levels, ordered from least to most trusted.
 ///
@@ -305,26 +317,6 @@ pub enum PolicyError {
     },
 }
 
-/// Shipped policies, compiled in so a fresh binary works anywhere; `--policy-dir` replaces them.
-const BUILTIN: [(TrustLevel, &str); 4] = [
-    (
-        TrustLevel::Untrusted,
-        include_str!("../../policies/untrusted.yaml"),
-    ),
-    (
-        TrustLevel::Session,
-        include_str!("../../policies/session.yaml"),
-    ),
-    (
-        TrustLevel::Workspace,
-        include_str!("../../policies/workspace.yaml"),
-    ),
-    (TrustLevel::Full, include_str!("../../policies/full.yaml")),
-];
-
-/// The name a project's narrowing file must have.
-pub const PROJECT_FILE: &str = "golem.yaml";
-
 impl Policy {
     /// Parses one policy file and checks it against its level's ceilings.
     pub fn from_yaml(text: &str, file: &str, expect: TrustLevel) -> Result<Policy, PolicyError> {
@@ -385,35 +377,7 @@ impl Policy {
                 "only the full level may opt in to a network".into(),
             );
         }
-        // Below 0.01 the value rounds to NanoCpus 0, which Docker reads as "no limit".
-        if !(self.resources.cpus >= 0.01 && self.resources.cpus <= 1024.0) {
-            return err(
-                "resources.cpus",
-                "must be between 0.01 and 1024 cores".into(),
-            );
-        }
-        if self.resources.pids == 0 {
-            return err("resources.pids", "must be greater than zero".into());
-        }
-        if self.resources.memory.bytes() < 6 << 20 {
-            return err("resources.memory", "Docker needs at least 6MiB".into());
-        }
-        if self.output.max_files == 0 {
-            return err("output.max_files", "must be greater than zero".into());
-        }
-        if self.output.max_file_bytes > self.output.max_total_bytes {
-            return err(
-                "output.max_file_bytes",
-                "cannot exceed output.max_total_bytes".into(),
-            );
-        }
-        let input_max = self.level.input_ceiling();
-        if self.input.max_total_bytes > input_max {
-            return err(
-                "input.max_total_bytes",
-                format!("level {} allows at most {input_max}", self.level),
-            );
-        }
+        self.validate_limits()?;
         parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
         for name in self.env.set.keys().chain(self.env.pass.iter()) {
             if !valid_env_name(name) {
@@ -430,6 +394,59 @@ impl Policy {
             }
         }
         Ok(())
+    }
+
+    /// The numeric half of [`Policy::validate`]: the floors a narrowing can run into (checked
+    /// by `Policy::narrow` after each section) and the level's input ceiling.
+    fn validate_limits(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((k.to_string(), m));
+        // Below 0.01 the value rounds to NanoCpus 0, which Docker reads as "no limit".
+        if !(self.resources.cpus >= 0.01 && self.resources.cpus <= 1024.0) {
+            return err(
+                "resources.cpus",
+                "must be between 0.01 and 1024 cores".into(),
+            );
+        }
+        if let Some(key) = self.zero_limit() {
+            return err(key, "must be greater than zero".into());
+        }
+        if self.resources.memory.bytes() < 6 << 20 {
+            return err("resources.memory", "Docker needs at least 6MiB".into());
+        }
+        if self.output.max_file_bytes > self.output.max_total_bytes {
+            return err(
+                "output.max_file_bytes",
+                "cannot exceed output.max_total_bytes".into(),
+            );
+        }
+        let input_max = self.level.input_ceiling();
+        if self.input.max_total_bytes > input_max {
+            return err(
+                "input.max_total_bytes",
+                format!("level {} allows at most {input_max}", self.level),
+            );
+        }
+        Ok(())
+    }
+
+    /// The first limit that is zero. Parsing refuses a zero size or duration, but a
+    /// [`Narrowing`] can be built in code, and zero would read as "no limit" to Docker.
+    fn zero_limit(&self) -> Option<&'static str> {
+        let (r, o) = (&self.resources, &self.output);
+        [
+            ("resources.pids", r.pids == 0),
+            ("resources.timeout", r.timeout.duration().is_zero()),
+            ("resources.tmp", r.tmp.bytes() == 0),
+            ("output.max_total_bytes", o.max_total_bytes.bytes() == 0),
+            ("output.max_files", o.max_files == 0),
+            ("output.max_file_bytes", o.max_file_bytes.bytes() == 0),
+            (
+                "input.max_total_bytes",
+                self.input.max_total_bytes.bytes() == 0,
+            ),
+        ]
+        .into_iter()
+        .find_map(|(key, zero)| zero.then_some(key))
     }
 
     /// The fixed `(uid, gid)` the policy pins, or `None` for a per-session identity.
@@ -469,462 +486,11 @@ fn valid_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Parses YAML into `T`, turning serde's message into `file:line:column: message`.
-pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
-    text: &str,
-    file: &str,
-) -> Result<T, PolicyError> {
-    serde_yaml::from_str(text).map_err(|e| {
-        let line_col = e.location().map(|l| (l.line(), l.column()));
-        let mut message = e.to_string();
-        if let Some((l, c)) = line_col {
-            let suffix = format!(" at line {l} column {c}");
-            if let Some(i) = message.find(&suffix) {
-                message.replace_range(i..i + suffix.len(), "");
-            }
-        }
-        PolicyError::Invalid {
-            at: Location {
-                file: file.to_string(),
-                line_col,
-            },
-            message,
-        }
-    })
-}
-
-/// Finds the line and column of a nested block-style key, for errors found after parsing.
-///
-/// serde_yaml keeps no spans once a value is built, and narrowing errors are found only by
-/// comparing two parsed policies; a small indentation walk recovers the position well enough for
-/// the block style every policy uses. Flow style simply yields `None`.
-pub(crate) fn locate(text: &str, path: &[&str]) -> Option<(usize, usize)> {
-    let mut stack: Vec<(usize, &str)> = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let indent = line.len() - trimmed.len();
-        let Some((key, _)) = trimmed.split_once(':') else {
-            continue;
-        };
-        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
-        if key.is_empty() || key.contains(' ') {
-            continue;
-        }
-        while stack.last().is_some_and(|(ind, _)| *ind >= indent) {
-            stack.pop();
-        }
-        stack.push((indent, key));
-        if stack.len() == path.len() && stack.iter().zip(path).all(|((_, a), b)| a == b) {
-            return Some((i + 1, indent + 1));
-        }
-    }
-    None
-}
-
-/// A project's narrowing of one level; every field is optional and may only lower a value.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Overlay {
-    mounts: Option<MountsOverlay>,
-    network: Option<NetworkOverlay>,
-    resources: Option<ResourcesOverlay>,
-    output: Option<OutputOverlay>,
-    input: Option<InputOverlay>,
-    env: Option<EnvOverlay>,
-    runtime: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MountsOverlay {
-    input: Option<Access>,
-    workspace: Option<Access>,
-    repo: Option<Access>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NetworkOverlay {
-    allow_opt_in: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResourcesOverlay {
-    memory: Option<Size>,
-    cpus: Option<f64>,
-    pids: Option<u64>,
-    timeout: Option<Limit>,
-    tmp: Option<Size>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OutputOverlay {
-    max_total_bytes: Option<Size>,
-    max_files: Option<u64>,
-    max_file_bytes: Option<Size>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InputOverlay {
-    max_total_bytes: Option<Size>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EnvOverlay {
-    set: Option<BTreeMap<String, String>>,
-    pass: Option<Vec<String>>,
-}
-
-/// The project file: per-level narrowings. Other sections may be added by later features.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProjectFile {
-    #[serde(default)]
-    levels: BTreeMap<TrustLevel, Overlay>,
-}
-
-/// A policy after every layer was applied, with the files that shaped it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Effective {
-    /// The resulting policy.
-    #[serde(flatten)]
-    pub policy: Policy,
-    /// Files (or `builtin:...`) that were applied, in order.
-    pub sources: Vec<String>,
-}
-
-/// Loads the effective policy for `level`: the shipped (or `policy_dir`) policy, then the project file.
-pub fn load(
-    level: TrustLevel,
-    policy_dir: Option<&Path>,
-    project_file: Option<&Path>,
-) -> Result<Effective, PolicyError> {
-    let (mut policy, base_source) = match policy_dir {
-        Some(dir) => {
-            let path = dir.join(format!("{}.yaml", level.as_str()));
-            let text = std::fs::read_to_string(&path).map_err(|source| PolicyError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let shown = path.display().to_string();
-            (Policy::from_yaml(&text, &shown, level)?, shown)
-        }
-        None => {
-            let text = BUILTIN
-                .iter()
-                .find(|(l, _)| *l == level)
-                .map(|(_, t)| *t)
-                .unwrap_or_default();
-            let shown = format!("builtin:policies/{}.yaml", level.as_str());
-            (Policy::from_yaml(text, &shown, level)?, shown)
-        }
-    };
-    let mut sources = vec![base_source];
-    if let Some(path) = project_file {
-        let text = read_owned_project_file(path)?;
-        let shown = path.display().to_string();
-        let project: ProjectFile = parse_yaml(&text, &shown)?;
-        if let Some(overlay) = project.levels.get(&level) {
-            narrow(&mut policy, overlay, &text, &shown)?;
-            sources.push(shown);
-        }
-    }
-    Ok(Effective { policy, sources })
-}
-
-/// Finds `golem.yaml` by walking up from `start`, stopping at the repository root (the first
-/// directory holding `.git`) or the person's home directory: a file above them belongs to
-/// someone else's tree (a shared `/tmp`, another user's checkout) and must not shape this run.
-pub fn find_project_file(start: &Path) -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    for dir in start.ancestors() {
-        let candidate = dir.join(PROJECT_FILE);
-        if candidate.symlink_metadata().is_ok() {
-            return Some(candidate);
-        }
-        if dir.join(".git").exists() || home.as_deref() == Some(dir) {
-            break;
-        }
-    }
-    None
-}
-
-/// Refuses a project file that someone other than the invoking user could have written: owned
-/// by another user, group/world-writable, a link, or in a directory others can write (which
-/// lets them replace it). Checked on the open file, so it is the file that is then read.
-fn read_owned_project_file(path: &Path) -> Result<String, PolicyError> {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let unsafe_file = |why: String| PolicyError::UnsafeProjectFile {
-        path: path.to_path_buf(),
-        why,
-    };
-    let read = |source| PolicyError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let dmeta = std::fs::metadata(dir).map_err(read)?;
-    if dmeta.mode() & 0o022 != 0 {
-        return Err(unsafe_file(format!(
-            "its directory is writable by others (mode {:o})",
-            dmeta.mode() & 0o7777
-        )));
-    }
-    if dmeta.uid() != me && dmeta.uid() != 0 {
-        return Err(unsafe_file(format!(
-            "its directory is owned by uid {}",
-            dmeta.uid()
-        )));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                unsafe_file("it is a symbolic link".into())
-            } else {
-                read(e)
-            }
-        })?;
-    let meta = file.metadata().map_err(read)?;
-    if !meta.is_file() {
-        return Err(unsafe_file("it is not a regular file".into()));
-    }
-    if meta.uid() != me {
-        return Err(unsafe_file(format!(
-            "it is owned by uid {}, not by you (uid {me})",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_file(format!(
-            "it is writable by others (mode {:o})",
-            meta.mode() & 0o7777
-        )));
-    }
-    let mut text = String::new();
-    file.take(1 << 20).read_to_string(&mut text).map_err(read)?;
-    Ok(text)
-}
-
-/// Applies one overlay, refusing anything that would widen the policy.
-fn narrow(policy: &mut Policy, o: &Overlay, text: &str, file: &str) -> Result<(), PolicyError> {
-    let level = policy.level;
-    let lname = level.as_str();
-    let widen = |key: &str, asked: String, allowed: String| {
-        let path: Vec<&str> = ["levels", lname]
-            .into_iter()
-            .chain(key.split('.'))
-            .collect();
-        PolicyError::Widen {
-            at: Location {
-                file: file.to_string(),
-                line_col: locate(text, &path),
-            },
-            level,
-            key: key.to_string(),
-            asked,
-            allowed,
-        }
-    };
-    fn lower<T: PartialOrd + Copy + fmt::Display>(
-        slot: &mut T,
-        asked: Option<T>,
-        key: &str,
-        widen: &dyn Fn(&str, String, String) -> PolicyError,
-    ) -> Result<(), PolicyError> {
-        if let Some(v) = asked {
-            if v > *slot {
-                return Err(widen(key, v.to_string(), slot.to_string()));
-            }
-            *slot = v;
-        }
-        Ok(())
-    }
-    if let Some(m) = &o.mounts {
-        lower(&mut policy.mounts.input, m.input, "mounts.input", &widen)?;
-        lower(
-            &mut policy.mounts.workspace,
-            m.workspace,
-            "mounts.workspace",
-            &widen,
-        )?;
-        lower(&mut policy.mounts.repo, m.repo, "mounts.repo", &widen)?;
-    }
-    if let Some(n) = &o.network {
-        lower(
-            &mut policy.network.allow_opt_in,
-            n.allow_opt_in,
-            "network.allow_opt_in",
-            &widen,
-        )?;
-    }
-    if let Some(r) = &o.resources {
-        lower(
-            &mut policy.resources.memory,
-            r.memory,
-            "resources.memory",
-            &widen,
-        )?;
-        lower(&mut policy.resources.cpus, r.cpus, "resources.cpus", &widen)?;
-        lower(&mut policy.resources.pids, r.pids, "resources.pids", &widen)?;
-        lower(
-            &mut policy.resources.timeout,
-            r.timeout,
-            "resources.timeout",
-            &widen,
-        )?;
-        lower(&mut policy.resources.tmp, r.tmp, "resources.tmp", &widen)?;
-    }
-    if let Some(out) = &o.output {
-        lower(
-            &mut policy.output.max_total_bytes,
-            out.max_total_bytes,
-            "output.max_total_bytes",
-            &widen,
-        )?;
-        lower(
-            &mut policy.output.max_files,
-            out.max_files,
-            "output.max_files",
-            &widen,
-        )?;
-        lower(
-            &mut policy.output.max_file_bytes,
-            out.max_file_bytes,
-            "output.max_file_bytes",
-            &widen,
-        )?;
-    }
-    if let Some(input) = &o.input {
-        lower(
-            &mut policy.input.max_total_bytes,
-            input.max_total_bytes,
-            "input.max_total_bytes",
-            &widen,
-        )?;
-    }
-    if let Some(env) = &o.env {
-        if let Some(pass) = &env.pass {
-            if let Some(extra) = pass.iter().find(|n| !policy.env.pass.contains(n)) {
-                return Err(widen(
-                    "env.pass",
-                    extra.clone(),
-                    format!("{:?}", policy.env.pass),
-                ));
-            }
-            policy.env.pass = pass.clone();
-        }
-        if env.set.as_ref().is_some_and(|set| !set.is_empty()) {
-            // Variables such as LD_PRELOAD or PATH change what code runs; only policy files set them.
-            return Err(widen(
-                "env.set",
-                "new variables".into(),
-                "only the policy's own".into(),
-            ));
-        }
-    }
-    if let Some(rt) = &o.runtime {
-        // The runtime is the isolation itself (runsc vs runc); a project file may not swap it.
-        if policy.runtime.as_deref() != Some(rt.as_str()) {
-            return Err(widen(
-                "runtime",
-                rt.clone(),
-                policy
-                    .runtime
-                    .clone()
-                    .unwrap_or_else(|| "the engine's default".into()),
-            ));
-        }
-    }
-    policy
-        .validate()
-        .map_err(|(key, message)| PolicyError::Invalid {
-            at: Location {
-                file: file.to_string(),
-                line_col: locate(text, &["levels", lname]),
-            },
-            message: format!("{key}: {message}"),
-        })
-}
-
-/// Lowers the session's input cap for one run (`--max-input`); asking for more is an error.
-pub fn narrow_input(policy: &mut Policy, max_input: Option<Size>) -> Result<(), PolicyError> {
-    if let Some(m) = max_input {
-        if m > policy.input.max_total_bytes {
-            return Err(PolicyError::Widen {
-                at: Location {
-                    file: "--max-input".into(),
-                    line_col: None,
-                },
-                level: policy.level,
-                key: "input.max_total_bytes".into(),
-                asked: m.to_string(),
-                allowed: policy.input.max_total_bytes.to_string(),
-            });
-        }
-        policy.input.max_total_bytes = m;
-    }
-    Ok(())
-}
-
-/// Lowers the memory and timeout for one run; asking for more than the policy allows is an error.
-pub fn narrow_for_run(
-    policy: &mut Policy,
-    memory: Option<Size>,
-    timeout: Option<Limit>,
-) -> Result<(), PolicyError> {
-    let flag = |name: &str| Location {
-        file: format!("--{name}"),
-        line_col: None,
-    };
-    if let Some(m) = memory {
-        if m > policy.resources.memory {
-            return Err(PolicyError::Widen {
-                at: flag("memory"),
-                level: policy.level,
-                key: "resources.memory".into(),
-                asked: m.to_string(),
-                allowed: policy.resources.memory.to_string(),
-            });
-        }
-        if m.bytes() < 6 << 20 {
-            return Err(PolicyError::Invalid {
-                at: flag("memory"),
-                message: "Docker needs at least 6MiB".into(),
-            });
-        }
-        policy.resources.memory = m;
-    }
-    if let Some(t) = timeout {
-        if t > policy.resources.timeout {
-            return Err(PolicyError::Widen {
-                at: flag("timeout"),
-                level: policy.level,
-                key: "resources.timeout".into(),
-                asked: t.to_string(),
-                allowed: policy.resources.timeout.to_string(),
-            });
-        }
-        policy.resources.timeout = t;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::load::BUILTIN;
     use super::*;
+    use std::path::Path;
 
     fn builtin(level: TrustLevel) -> Policy {
         load(level, None, None).unwrap().policy
@@ -1129,7 +695,7 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, PolicyError::Widen { .. }), "{err}");
         // A policy file cannot go past its level's ceiling.
-        let text = include_str!("../../policies/untrusted.yaml")
+        let text = include_str!("../../../policies/untrusted.yaml")
             .replace("max_total_bytes: 1GiB", "max_total_bytes: 1TiB");
         let err = Policy::from_yaml(&text, "u.yaml", TrustLevel::Untrusted).unwrap_err();
         assert!(err.to_string().contains("input.max_total_bytes"), "{err}");
@@ -1138,7 +704,7 @@ mod tests {
         assert_eq!(p.input.max_total_bytes, Size(4096));
         assert!(narrow_input(&mut p, Some(Size(8192))).is_err());
         // Policy files from before the field existed still load.
-        let old = include_str!("../../policies/untrusted.yaml")
+        let old = include_str!("../../../policies/untrusted.yaml")
             .replace("input:\n  max_total_bytes: 1GiB\n", "");
         let p = Policy::from_yaml(&old, "old.yaml", TrustLevel::Untrusted).unwrap();
         assert_eq!(p.input, InputLimits::default());
