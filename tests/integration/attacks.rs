@@ -491,7 +491,11 @@ attack! {
         assert!(comm.starts_with(".golem-init-"), "{procs}");
         assert!(init["cmdline"]
             .as_str()
-            .is_some_and(|c| c.contains(" init --pid1 ")));
+            .is_some_and(|c| c.contains(&format!(
+                " {} {} ",
+                golem_protocol::init::COMMAND,
+                golem_protocol::init::FLAG_PID1
+            ))));
         assert_eq!(errno(&init["ptrace_seize"]), Some(EPERM), "{procs}");
         assert_eq!(list[1]["self"], true);
         assert!(!procs.to_string().contains("sleep 300"));
