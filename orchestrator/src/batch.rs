@@ -393,6 +393,15 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
     Ok(out)
 }
 
+/// The documents a `--from` file lists: one path or URL per line, blank lines and `#`
+/// comments ignored, surrounding whitespace trimmed.
+pub fn listed_inputs(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+}
+
 /// A folder name that passes the extractor's name rules (a leading dot, so `.git` too, is dropped).
 fn sanitize(name: &str) -> String {
     intake::safe_name(name, "document")
@@ -752,6 +761,13 @@ mod tests {
         assert_eq!(folders, ["b_x.txt", "x.txt", "x.txt-2"]);
         assert!(docs.iter().all(|d| d.status == DocStatus::Pending));
         assert!(matches!(documents(&[]), Err(BatchError::Empty)));
+    }
+
+    #[test]
+    fn a_from_file_lists_one_document_per_line() {
+        let text = "# papers\n  a.pdf  \n\nhttps://example.org/b.pdf\n#c.pdf\n";
+        let listed: Vec<String> = listed_inputs(text).collect();
+        assert_eq!(listed, ["a.pdf", "https://example.org/b.pdf"]);
     }
 
     #[test]

@@ -61,12 +61,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
     if let Some(from) = &args.from {
         let text =
             std::fs::read_to_string(from).with_context(|| format!("reading {}", from.display()))?;
-        inputs.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_string),
-        );
+        inputs.extend(batch::listed_inputs(&text));
     }
     if inputs.is_empty() {
         bail!("nothing to process: give files, directories, URLs or --from FILE (see golem-orch batch --help)");

@@ -183,3 +183,31 @@ pub(super) fn human_age(d: chrono::TimeDelta) -> String {
         _ => format!("{}d", s / 86400),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_ages_and_hashes_read_like_a_person_writes_them() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 30), "5.0 GiB");
+        assert_eq!(human_bytes(u64::MAX), "17179869184.0 GiB");
+        let age = |s| human_age(chrono::TimeDelta::seconds(s));
+        assert_eq!(
+            [age(-5), age(59), age(60), age(3600), age(86400 * 3)],
+            ["0s", "59s", "1m", "1h", "3d"]
+        );
+        assert_eq!(short_hash("0123456789abcdef"), "0123456789ab");
+        assert_eq!(short_hash("abc"), "abc");
+    }
+
+    #[test]
+    fn audit_data_is_one_line_of_pairs_without_the_plan() {
+        let v = serde_json::json!({ "plan": { "x": 1 }, "staged": "s1", "files": 2 });
+        assert_eq!(compact(&v), "files=2 staged=s1");
+        assert_eq!(compact(&serde_json::json!(3)), "3");
+    }
+}
