@@ -16,6 +16,7 @@ use golem_orch::{engine, gc, image, session, workers};
 
 use super::{errln, out, outln, present, print_json};
 
+/// `golem-orch sessions`: every session, newest first.
 pub(super) fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
     let list = session::list(home)?;
     if json {
@@ -61,6 +62,7 @@ pub(super) fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch logs ID`: a session's captured worker output, escaped again on the way out.
 pub(super) fn logs(home: &Home, id: &str) -> Result<ExitCode> {
     let id = home::resolve_id(&home.sessions_dir(), id, "session")?;
     let path = home.session_dir(&id).join(session::LOGS);
@@ -78,6 +80,7 @@ pub(super) fn logs(home: &Home, id: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch workers`: the built-in and the project's worker definitions.
 pub(super) fn workers_cmd(policy_dir: Option<&Path>, json: bool) -> Result<ExitCode> {
     let defs = workers::load_all(Place::here(policy_dir).workers_dir().as_deref())?;
     if json {
@@ -102,6 +105,7 @@ pub(super) fn workers_cmd(policy_dir: Option<&Path>, json: bool) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch image build`: (re)builds golem-worker from the embedded binary.
 pub(super) async fn image_build(json: bool) -> Result<ExitCode> {
     let (docker, _) = engine::connect().await?;
     let (tag, id) = image::build(&docker).await?;
@@ -113,6 +117,7 @@ pub(super) async fn image_build(json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch policy show LEVEL`: the level's policy after the project file narrowed it.
 pub(super) fn policy_show(
     policy_dir: Option<&Path>,
     level: TrustLevel,
@@ -135,6 +140,7 @@ pub(super) fn policy_show(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch doctor`: engine, image, policies, state and audit chain, each checked.
 pub(super) async fn doctor(
     home_arg: Option<&Path>,
     policy_dir: Option<&Path>,
@@ -213,6 +219,7 @@ pub(super) async fn doctor(
     })
 }
 
+/// `golem-orch gc`: removes what dead orchestrators left behind.
 pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
     let (docker, _) = engine::connect().await?;
     let report = gc::collect(&docker, home, gc::Scope::Engine).await?;
@@ -245,6 +252,7 @@ pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
     })
 }
 
+/// `golem-orch audit`: the audit log, or `--verify` its hash chain.
 pub(super) fn audit(
     home: &Home,
     session: Option<String>,

@@ -16,6 +16,7 @@ use golem_orch::{engine, gc, session};
 use super::args::BatchArgs;
 use super::{errln, open_home, present, print_json, shutdown_signal};
 
+/// `golem-orch batch`: a new batch, or `--resume` of an earlier one.
 pub(super) async fn batch_cmd(
     home_arg: Option<&Path>,
     policy_dir: Option<&Path>,

@@ -189,6 +189,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Opens (creating) the state directory.
 pub(super) fn open_home(explicit: Option<&Path>) -> Result<Home> {
     Ok(Home::open(explicit)?)
 }

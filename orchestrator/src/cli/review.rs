@@ -14,6 +14,7 @@ use golem_orch::stage::Stage;
 use super::args::TargetArgs;
 use super::{err, errln, outln, present, print_json};
 
+/// `golem-orch staged`: the staged commits, pending first.
 pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
     let list = Stage::new(home.staged_dir()).list()?;
     if json {
@@ -54,6 +55,7 @@ pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch show ID`: a staged commit's provenance, files and rejected entries.
 pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
     let stage = Stage::new(home.staged_dir());
@@ -139,6 +141,7 @@ fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::targe
     Ok((id, target))
 }
 
+/// `golem-orch diff ID`: what a staged commit would change on a branch.
 pub(super) fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
     let (id, target) = open_target(home, t)?;
     let stage = Stage::new(home.staged_dir());
@@ -167,6 +170,7 @@ fn ask(question: &str) -> Option<String> {
     Some(line.trim().to_ascii_lowercase())
 }
 
+/// `golem-orch push ID`: commits a staged commit onto a branch, with a person's consent.
 pub(super) fn push_cmd(
     home: &Home,
     t: &TargetArgs,
@@ -232,6 +236,7 @@ pub(super) fn push_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `golem-orch discard ID`: throws a pending staged commit away, with a person's consent.
 pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode> {
     let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
     let stage = Stage::new(home.staged_dir());

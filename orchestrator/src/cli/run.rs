@@ -24,6 +24,7 @@ fn spec(args: &RunArgs) -> RunSpec {
     }
 }
 
+/// `golem-orch run`: one session, or with `--dry-run` only its plan.
 pub(super) async fn run(
     home_arg: Option<&Path>,
     policy_dir: Option<&Path>,
