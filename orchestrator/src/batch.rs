@@ -7,7 +7,7 @@
 //! that crashes, times out or is OOM-killed is recorded and quarantined; the others go on.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -18,10 +18,9 @@ use crate::audit::{self, Audit};
 use crate::extract::{ExtractedFile, Rejected};
 use crate::home::{self, write_atomic, Home};
 use crate::intake::{self, FileId, InputRecord, Source};
-use crate::policy::TrustLevel;
-use crate::session::{self, Images, RunOptions, SessionError, SessionStatus};
+use crate::session::{self, Images, Outcome, RunOptions, SessionError};
+use crate::spec::RunSpec;
 use crate::stage::{self, Manifest, Stage, StageError, Status};
-use crate::units::{Limit, Size};
 
 /// Where a document is in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,30 +136,18 @@ impl Document {
 }
 
 /// What the batch was asked to do, kept so `--resume` runs the rest the same way.
+///
+/// The spec is flattened, so the record's JSON keeps the field names it always had and
+/// records written before [`RunSpec`] existed load unchanged.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Settings {
-    /// Trust level.
-    pub trust_level: TrustLevel,
-    /// Worker definition name, when not an image.
-    pub worker: Option<String>,
-    /// A person's own image.
-    pub image: Option<String>,
-    /// Arguments for the image.
-    pub command: Vec<String>,
-    /// Lowered memory limit.
-    pub memory: Option<Size>,
-    /// Lowered timeout.
-    pub timeout: Option<Limit>,
+    /// What each document runs, as the person asked for it.
+    #[serde(flatten)]
+    pub spec: RunSpec,
     /// Containers at once.
     pub jobs: usize,
     /// One staged commit for the whole batch.
     pub stage_as_one: bool,
-    /// The person's `--allow-private-urls`, kept for `--resume`.
-    #[serde(default)]
-    pub allow_private_urls: bool,
-    /// The person's `--max-input`, kept for `--resume`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_input: Option<Size>,
 }
 
 /// Overall state of a batch.
@@ -406,6 +393,15 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
     Ok(out)
 }
 
+/// The documents a `--from` file lists: one path or URL per line, blank lines and `#`
+/// comments ignored, surrounding whitespace trimmed.
+pub fn listed_inputs(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+}
+
 /// A folder name that passes the extractor's name rules (a leading dot, so `.git` too, is dropped).
 fn sanitize(name: &str) -> String {
     intake::safe_name(name, "document")
@@ -442,108 +438,26 @@ pub async fn run(
     audit.record(
         None,
         "batch.started",
-        json!({ "batch": record.id, "documents": record.documents.len(), "jobs": record.settings.jobs, "trust_level": record.settings.trust_level }),
+        json!({ "batch": record.id, "documents": record.documents.len(), "jobs": record.settings.jobs, "trust_level": record.settings.spec.trust_level }),
     )?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let shared = Arc::new(Mutex::new(record));
-    let todo: Vec<usize> = lock(&shared)
-        .documents
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.needs_run())
-        .map(|(i, _)| i)
+    let todo: Vec<usize> = (0..record.documents.len())
+        .filter(|&i| record.documents[i].needs_run())
         .collect();
-    let total = lock(&shared).documents.len();
-    let done_before = total - todo.len();
-    let done = Arc::new(std::sync::atomic::AtomicUsize::new(done_before));
-    let jobs = lock(&shared).settings.jobs.max(1);
-
+    let total = record.documents.len();
+    let jobs = record.settings.jobs.max(1);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let turns = Turns {
+        home,
+        docker,
+        template,
+        images,
+        progress,
+        done: std::sync::atomic::AtomicUsize::new(total - todo.len()),
+        total,
+        shared: Mutex::new(record),
+    };
     let work = futures_util::stream::iter(todo)
-        .map(|i| {
-            let shared = shared.clone();
-            let template = template.clone();
-            let mut stop = stop_rx.clone();
-            let done = done.clone();
-            async move {
-                if *stop.borrow() {
-                    return;
-                }
-                let doc = {
-                    let mut r = lock(&shared);
-                    r.documents[i].status = DocStatus::Running;
-                    r.documents[i].retry = false;
-                    r.documents[i].clone()
-                };
-                progress.started(&doc);
-                // A listed file is re-opened exactly as listed, never re-resolved by its path.
-                let sources = match &doc.pinned {
-                    Some(p) => Ok(vec![p.source()]),
-                    None => intake::classify(std::slice::from_ref(&doc.source)),
-                };
-                let sources = match sources {
-                    Ok(s) => s,
-                    Err(e) => {
-                        finish(&shared, i, DocStatus::Failed, None, Some(e.to_string()));
-                        let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                        progress.finished(&lock(&shared).documents[i].clone(), n, total);
-                        return;
-                    }
-                };
-                let opts = RunOptions {
-                    sources,
-                    ..template
-                };
-                let cancelled = async move {
-                    let _ = stop.wait_for(|v| *v).await;
-                };
-                let outcome = session::run_resolved(home, docker, opts, images, cancelled).await;
-                {
-                    let mut r = lock(&shared);
-                    let d = &mut r.documents[i];
-                    match outcome {
-                        Ok(o) => {
-                            d.session = Some(o.session.clone());
-                            d.staged = o.staged.clone();
-                            d.exit_code = o.exit_code;
-                            d.error = o.error.clone();
-                            d.files = o.files;
-                            d.bytes = o.bytes;
-                            d.rejected = o.rejected;
-                            d.retry = o.host_failure;
-                            d.status = match o.status {
-                                SessionStatus::Staged if o.exit_code == Some(0) => {
-                                    DocStatus::Staged
-                                }
-                                SessionStatus::Staged => DocStatus::Partial,
-                                SessionStatus::Timeout => DocStatus::Timeout,
-                                SessionStatus::Oom => DocStatus::Oom,
-                                SessionStatus::Rejected => DocStatus::Rejected,
-                                SessionStatus::Cancelled => DocStatus::Cancelled,
-                                _ => DocStatus::Failed,
-                            };
-                        }
-                        Err(e) => {
-                            d.status = DocStatus::Failed;
-                            d.retry = e.is_host_failure();
-                            d.error = Some(e.to_string());
-                        }
-                    }
-                }
-                let snapshot = {
-                    let mut r = lock(&shared);
-                    r.updated_at = audit::now();
-                    r.clone()
-                };
-                // A record that cannot be saved is logged, not fatal: the sessions themselves are recorded.
-                if let Err(e) = save(home, &snapshot) {
-                    tracing::warn!("{e}");
-                }
-                if snapshot.documents[i].status != DocStatus::Cancelled {
-                    let n = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                    progress.finished(&snapshot.documents[i], n, total);
-                }
-            }
-        })
+        .map(|i| turns.document(i, stop_rx.clone()))
         .buffer_unordered(jobs)
         .collect::<Vec<()>>();
     tokio::pin!(work);
@@ -558,7 +472,117 @@ pub async fn run(
             true
         }
     };
-    let mut record = lock(&shared).clone();
+    let record = lock(&turns.shared).clone();
+    conclude(home, &audit, record, cancelled)
+}
+
+/// What every document's turn shares: the engine, the resolved session template and the record.
+struct Turns<'a> {
+    home: &'a Home,
+    docker: &'a Docker,
+    template: RunOptions,
+    images: &'a Images,
+    progress: &'a dyn Progress,
+    /// Documents with an outcome so far.
+    done: std::sync::atomic::AtomicUsize,
+    total: usize,
+    shared: Mutex<Record>,
+}
+
+impl Turns<'_> {
+    /// Runs document `i` to its outcome (unless `stop` is already set) and saves the record.
+    async fn document(&self, i: usize, mut stop: tokio::sync::watch::Receiver<bool>) {
+        if *stop.borrow() {
+            return;
+        }
+        let doc = {
+            let mut r = lock(&self.shared);
+            r.documents[i].status = DocStatus::Running;
+            r.documents[i].retry = false;
+            r.documents[i].clone()
+        };
+        self.progress.started(&doc);
+        // A listed file is re-opened exactly as listed, never re-resolved by its path.
+        let sources = match &doc.pinned {
+            Some(p) => Ok(vec![p.source()]),
+            None => intake::classify(std::slice::from_ref(&doc.source)),
+        };
+        let sources = match sources {
+            Ok(s) => s,
+            Err(e) => {
+                let doc = {
+                    let mut r = lock(&self.shared);
+                    let d = &mut r.documents[i];
+                    d.status = DocStatus::Failed;
+                    d.session = None;
+                    d.error = Some(e.to_string());
+                    d.clone()
+                };
+                self.finished(&doc);
+                return;
+            }
+        };
+        let opts = RunOptions {
+            sources,
+            ..self.template.clone()
+        };
+        let cancelled = async move {
+            let _ = stop.wait_for(|v| *v).await;
+        };
+        let outcome =
+            session::run_resolved(self.home, self.docker, opts, self.images, cancelled).await;
+        let snapshot = {
+            let mut r = lock(&self.shared);
+            record_outcome(&mut r.documents[i], outcome);
+            r.updated_at = audit::now();
+            r.clone()
+        };
+        // A record that cannot be saved is logged, not fatal: the sessions themselves are recorded.
+        if let Err(e) = save(self.home, &snapshot) {
+            tracing::warn!("{e}");
+        }
+        if snapshot.documents[i].status != DocStatus::Cancelled {
+            self.finished(&snapshot.documents[i]);
+        }
+    }
+
+    /// Counts a document as finished and reports it.
+    fn finished(&self, doc: &Document) {
+        let n = self.done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        self.progress.finished(doc, n, self.total);
+    }
+}
+
+/// Writes a session's ending into its document.
+fn record_outcome(d: &mut Document, outcome: Result<Outcome, SessionError>) {
+    match outcome {
+        Ok(o) => {
+            d.status = o.doc_status();
+            d.session = Some(o.session);
+            d.staged = o.staged;
+            d.exit_code = o.exit_code;
+            d.error = o.error;
+            d.files = o.files;
+            d.bytes = o.bytes;
+            d.rejected = o.rejected;
+            d.retry = o.host_failure;
+        }
+        Err(e) => {
+            d.status = DocStatus::Failed;
+            d.retry = e.is_host_failure();
+            d.error = Some(e.to_string());
+        }
+    }
+}
+
+/// Records how the batch ended: documents still running were cancelled; a finished
+/// `--stage-as-one` batch gets its combined commit.
+fn conclude(
+    home: &Home,
+    audit: &Audit,
+    mut record: Record,
+    cancelled: bool,
+) -> Result<Record, BatchError> {
     for d in record
         .documents
         .iter_mut()
@@ -572,7 +596,7 @@ pub async fn run(
         BatchState::Finished
     };
     if !cancelled && record.settings.stage_as_one && record.staged.is_none() {
-        record.staged = merge(home, &audit, &mut record)?;
+        record.staged = merge(home, audit, &mut record)?;
     }
     record.updated_at = audit::now();
     save(home, &record)?;
@@ -584,23 +608,18 @@ pub async fn run(
     Ok(record)
 }
 
-fn lock(shared: &Arc<Mutex<Record>>) -> std::sync::MutexGuard<'_, Record> {
+fn lock(shared: &Mutex<Record>) -> std::sync::MutexGuard<'_, Record> {
     // A poisoned lock means a panic elsewhere; the data is still the best record we have.
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn finish(
-    shared: &Arc<Mutex<Record>>,
-    i: usize,
-    status: DocStatus,
-    session: Option<String>,
-    error: Option<String>,
-) {
-    let mut r = lock(shared);
-    let d = &mut r.documents[i];
-    d.status = status;
-    d.session = session;
-    d.error = error;
+/// The parts of a combined commit, gathered document by document.
+#[derive(Default)]
+struct Combined {
+    inputs: Vec<InputRecord>,
+    files: Vec<ExtractedFile>,
+    rejected: Vec<Rejected>,
+    omitted: u64,
 }
 
 /// Combines every staged document into one staged commit with a folder per document, and marks
@@ -618,75 +637,24 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     let id = record.id.clone();
     let building = stage.begin(&id)?;
     let files_dir = building.files_dir();
-    let mut inputs: Vec<InputRecord> = Vec::new();
-    let mut files: Vec<ExtractedFile> = Vec::new();
-    let mut rejected: Vec<Rejected> = Vec::new();
-    let mut omitted = 0u64;
+    let mut combined = Combined::default();
     let mut first: Option<Manifest> = None;
     // Each part must be anchored like a push would require: a staging record with a valid MAC
     // in an intact chain, matching its manifest. Otherwise a forged part (or a batch record
     // pointing at one) would be laundered into a genuinely audited combined commit.
     let anchored = audit.staged_manifest_hashes()?;
     for (folder, staged) in &parts {
-        let (m, sha256) = stage.manifest_with_sha256(staged)?;
-        if anchored.get(staged) != Some(&sha256) {
-            return Err(StageError::Tampered {
-                id: staged.clone(),
-                what: "its manifest does not match a verified audit record of staging it".into(),
-            }
-            .into());
-        }
-        stage.verify_layout(staged, &m)?;
-        for f in &m.files {
-            let data = stage.read_verified(staged, f)?;
-            let path = format!("{folder}/{}", f.path);
-            let dest = files_dir.join(&path);
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| record_err(parent, e))?;
-            }
-            std::fs::write(&dest, &data).map_err(|e| record_err(&dest, e))?;
-            files.push(ExtractedFile {
-                path,
-                size: f.size,
-                sha256: f.sha256.clone(),
-            });
-        }
-        inputs.extend(m.inputs.iter().map(|i| InputRecord {
-            name: format!("{folder}/{}", i.name),
-            ..i.clone()
-        }));
-        rejected.extend(m.rejected.iter().map(|r| Rejected {
-            path: format!("{folder}/{}", r.path),
-            reason: r.reason.clone(),
-        }));
-        omitted += m.rejected_omitted;
+        let m = copy_part(&stage, &anchored, folder, staged, &files_dir, &mut combined)?;
         first.get_or_insert(m);
     }
     let Some(first) = first else { return Ok(None) };
-    let bytes = files.iter().map(|f| f.size).sum();
-    let manifest = Manifest {
-        version: 1,
-        id: id.clone(),
-        session: id.clone(),
-        created_at: audit::now(),
-        trust_level: first.trust_level,
-        image: first.image.clone(),
-        image_id: first.image_id.clone(),
-        command: first.command.clone(),
-        exit_code: None,
-        inputs,
-        files,
-        rejected,
-        rejected_omitted: omitted,
-        bytes,
-        repo_head: first.repo_head.clone(),
-    };
+    let manifest = combined_manifest(&id, &first, combined);
     building.commit(&manifest)?;
     let manifest_sha256 = stage::manifest_sha256(&stage, &id)?;
     audit.record(
         Some(&id),
         "batch.staged",
-        json!({ "staged": id, "documents": parts.len(), "files": manifest.files.len(), "bytes": bytes, "manifest_sha256": manifest_sha256 }),
+        json!({ "staged": id, "documents": parts.len(), "files": manifest.files.len(), "bytes": manifest.bytes, "manifest_sha256": manifest_sha256 }),
     )?;
     for (_, staged) in &parts {
         // The per-document commits live on only as part of the combined one.
@@ -702,6 +670,74 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         }
     }
     Ok(Some(id))
+}
+
+/// Copies one anchored, verified staged commit into `folder` of the combined commit.
+fn copy_part(
+    stage: &Stage,
+    anchored: &std::collections::HashMap<String, String>,
+    folder: &str,
+    staged: &str,
+    files_dir: &Path,
+    combined: &mut Combined,
+) -> Result<Manifest, BatchError> {
+    let (m, sha256) = stage.manifest_with_sha256(staged)?;
+    if anchored.get(staged) != Some(&sha256) {
+        return Err(StageError::Tampered {
+            id: staged.to_string(),
+            what: "its manifest does not match a verified audit record of staging it".into(),
+        }
+        .into());
+    }
+    stage.verify_layout(staged, &m)?;
+    for f in &m.files {
+        let data = stage.read_verified(staged, f)?;
+        let path = format!("{folder}/{}", f.path);
+        let dest = files_dir.join(&path);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| record_err(parent, e))?;
+        }
+        std::fs::write(&dest, &data).map_err(|e| record_err(&dest, e))?;
+        combined.files.push(ExtractedFile {
+            path,
+            size: f.size,
+            sha256: f.sha256.clone(),
+        });
+    }
+    combined.inputs.extend(m.inputs.iter().map(|i| InputRecord {
+        name: format!("{folder}/{}", i.name),
+        ..i.clone()
+    }));
+    combined
+        .rejected
+        .extend(m.rejected.iter().map(|r| Rejected {
+            path: format!("{folder}/{}", r.path),
+            reason: r.reason.clone(),
+        }));
+    combined.omitted += m.rejected_omitted;
+    Ok(m)
+}
+
+/// The combined commit's manifest: provenance from the first part, contents from all.
+fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest {
+    let bytes = combined.files.iter().map(|f| f.size).sum();
+    Manifest {
+        version: 1,
+        id: id.to_string(),
+        session: id.to_string(),
+        created_at: audit::now(),
+        trust_level: first.trust_level,
+        image: first.image.clone(),
+        image_id: first.image_id.clone(),
+        command: first.command.clone(),
+        exit_code: None,
+        inputs: combined.inputs,
+        files: combined.files,
+        rejected: combined.rejected,
+        rejected_omitted: combined.omitted,
+        bytes,
+        repo_head: first.repo_head.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -725,6 +761,13 @@ mod tests {
         assert_eq!(folders, ["b_x.txt", "x.txt", "x.txt-2"]);
         assert!(docs.iter().all(|d| d.status == DocStatus::Pending));
         assert!(matches!(documents(&[]), Err(BatchError::Empty)));
+    }
+
+    #[test]
+    fn a_from_file_lists_one_document_per_line() {
+        let text = "# papers\n  a.pdf  \n\nhttps://example.org/b.pdf\n#c.pdf\n";
+        let listed: Vec<String> = listed_inputs(text).collect();
+        assert_eq!(listed, ["a.pdf", "https://example.org/b.pdf"]);
     }
 
     #[test]
@@ -772,16 +815,9 @@ mod tests {
         }
         let r = new_record(
             Settings {
-                trust_level: TrustLevel::Untrusted,
-                worker: None,
-                image: None,
-                command: vec![],
-                memory: None,
-                timeout: None,
+                spec: RunSpec::new(crate::policy::TrustLevel::Untrusted),
                 jobs: 2,
                 stage_as_one: false,
-                allow_private_urls: false,
-                max_input: None,
             },
             docs,
         );
@@ -821,5 +857,25 @@ mod tests {
             "exit_code":null,"error":"x","files":0,"bytes":0,"rejected":0}"#;
         let parsed: Document = serde_json::from_str(old).unwrap();
         assert!(!parsed.needs_run());
+    }
+
+    #[test]
+    fn records_written_before_the_run_spec_still_load() {
+        let old = r#"{"id":"b","created_at":"t","updated_at":"t","state":"cancelled",
+            "settings":{"trust_level":"session","worker":null,"image":"mine:1","command":["go"],
+              "memory":"64MiB","timeout":null,"jobs":3,"stage_as_one":true,
+              "allow_private_urls":false},
+            "documents":[],"staged":null}"#;
+        let r: Record = serde_json::from_str(old).unwrap();
+        let s = &r.settings;
+        assert_eq!(s.spec.trust_level, crate::policy::TrustLevel::Session);
+        assert_eq!(s.spec.image.as_deref(), Some("mine:1"));
+        assert_eq!(s.spec.command, ["go"]);
+        assert_eq!(s.spec.memory, Some(crate::units::Size(64 << 20)));
+        assert_eq!((s.jobs, s.stage_as_one, s.spec.max_input), (3, true, None));
+        // And the record written now keeps the old field names, flat.
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["settings"]["trust_level"], "session");
+        assert_eq!(v["settings"]["jobs"], 3);
     }
 }

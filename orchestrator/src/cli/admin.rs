@@ -1,0 +1,299 @@
+//! Looking after the state and the engine: sessions, logs, workers, the image, policies,
+//! doctor, gc and the audit log.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use golem_orch::audit::Audit;
+use golem_orch::home::{self, Home};
+use golem_orch::policy::{self, TrustLevel};
+use golem_orch::render::{self, line};
+use golem_orch::spec::Place;
+use golem_orch::{engine, gc, image, session, workers};
+
+use super::{errln, out, outln, present, print_json};
+
+/// `golem-orch sessions`: every session, newest first.
+pub(super) fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
+    let list = session::list(home)?;
+    if json {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        outln!("no sessions yet: golem-orch run --untrusted FILE");
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  SOURCE",
+        "SESSION",
+        "STATUS",
+        "TRUST",
+        "EXIT",
+        "STARTED"
+    );
+    for r in list {
+        let exit = r
+            .exit
+            .code
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into());
+        let source = r
+            .inputs
+            .first()
+            .map(|i| line(&i.source))
+            .unwrap_or_default();
+        outln!(
+            "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  {}",
+            home::short(&r.id),
+            r.status.as_str(),
+            r.trust_level.as_str(),
+            exit,
+            r.created_at
+                .get(..19)
+                .unwrap_or(&r.created_at)
+                .replace('T', " "),
+            source
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch logs ID`: a session's captured worker output, escaped again on the way out.
+pub(super) fn logs(home: &Home, id: &str) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.sessions_dir(), id, "session")?;
+    let path = home.session_dir(&id).join(session::LOGS);
+    // Escaped again when printed: never trust that the file on disk is what was written.
+    match std::fs::read(&path) {
+        Ok(raw) => out!("{}", render::block_bytes(&raw)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            errln!(
+                "session {} has no logs (its worker never ran)",
+                home::short(&id)
+            )
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch workers`: the built-in and the project's worker definitions.
+pub(super) fn workers_cmd(policy_dir: Option<&Path>, json: bool) -> Result<ExitCode> {
+    let defs = workers::load_all(Place::here(policy_dir).workers_dir().as_deref())?;
+    if json {
+        print_json(&defs)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "{:<12}  {:<9}  {:<16}  DESCRIPTION",
+        "NAME",
+        "TRUST",
+        "IMAGE"
+    );
+    for d in defs {
+        outln!(
+            "{:<12}  {:<9}  {:<16}  {}",
+            line(&d.name),
+            d.trust.as_str(),
+            line(&d.image),
+            line(&d.description)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch image build`: (re)builds golem-worker from the embedded binary.
+pub(super) async fn image_build(json: bool) -> Result<ExitCode> {
+    let (docker, _) = engine::connect().await?;
+    let (tag, id) = image::build(&docker).await?;
+    if json {
+        print_json(&json!({ "image": tag, "id": id }))?;
+    } else {
+        outln!("built {} ({})", line(&tag), line(&id));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch policy show LEVEL`: the level's policy after the project file narrowed it.
+pub(super) fn policy_show(
+    policy_dir: Option<&Path>,
+    level: TrustLevel,
+    json: bool,
+) -> Result<ExitCode> {
+    let effective = policy::load(
+        level,
+        policy_dir,
+        Place::here(policy_dir).project_file.as_deref(),
+    )?;
+    if json {
+        print_json(&effective)?;
+    } else {
+        outln!(
+            "# effective {level} policy, from: {}",
+            line(&effective.sources.join(" + "))
+        );
+        out!("{}", serde_yaml::to_string(&effective.policy)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch doctor`: engine, image, policies, state and audit chain, each checked.
+pub(super) async fn doctor(
+    home_arg: Option<&Path>,
+    policy_dir: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode> {
+    let mut checks: Vec<(bool, String, String)> = Vec::new();
+    let mut add =
+        |ok: bool, name: &str, detail: String| checks.push((ok, name.to_string(), detail));
+    match engine::connect().await {
+        Ok((docker, info)) => {
+            add(
+                true,
+                "engine",
+                format!(
+                    "Docker {} (API {}) on {}",
+                    info.version, info.api_version, info.platform
+                ),
+            );
+            match image::current(&docker).await {
+                Ok(Some(id)) => add(
+                    true,
+                    "image",
+                    format!("{} present ({id})", image::worker_tag()),
+                ),
+                Ok(None) => add(
+                    true,
+                    "image",
+                    format!(
+                        "{} not built yet; `run` builds it, or `golem-orch image build`",
+                        image::worker_tag()
+                    ),
+                ),
+                Err(e) => add(false, "image", e.to_string()),
+            }
+        }
+        Err(e) => add(false, "engine", e.to_string()),
+    }
+    let project = Place::here(policy_dir).project_file;
+    for level in TrustLevel::ALL {
+        match policy::load(level, policy_dir, project.as_deref()) {
+            Ok(p) => add(true, &format!("policy {level}"), p.sources.join(" + ")),
+            Err(e) => add(false, &format!("policy {level}"), e.to_string()),
+        }
+    }
+    match Home::open(home_arg) {
+        Ok(home) => {
+            add(true, "state", home.root().display().to_string());
+            match Audit::new(home.audit_path()).verify() {
+                Ok(n) => add(true, "audit", format!("hash chain intact ({n} records)")),
+                Err(e) => add(false, "audit", e.to_string()),
+            }
+        }
+        Err(e) => add(false, "state", e.to_string()),
+    }
+    let healthy = checks.iter().all(|(ok, _, _)| *ok);
+    if json {
+        let list: Vec<_> = checks
+            .iter()
+            .map(|(ok, name, detail)| json!({ "check": name, "ok": ok, "detail": detail }))
+            .collect();
+        print_json(&json!({ "ok": healthy, "checks": list }))?;
+    } else {
+        for (ok, name, detail) in &checks {
+            outln!(
+                "{:<4}  {:<16}  {}",
+                if *ok { "ok" } else { "FAIL" },
+                name,
+                line(detail)
+            );
+        }
+    }
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `golem-orch gc`: removes what dead orchestrators left behind.
+pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
+    let (docker, _) = engine::connect().await?;
+    let report = gc::collect(&docker, home, gc::Scope::Engine).await?;
+    if json {
+        print_json(&report)?;
+    } else {
+        outln!(
+            "removed {} container(s), {} volume(s), {} half-staged commit(s); marked {} session(s) failed; left {} live resource(s) alone",
+            report.containers.len(),
+            report.volumes.len(),
+            report.stage_orphans.len(),
+            report.sessions_failed.len(),
+            report.live
+        );
+        if !report.images.is_empty() || !report.init_binaries.is_empty() {
+            outln!(
+                "removed {} worker image tag(s) and {} init binary(ies) of other golem-orch builds",
+                report.images.len(),
+                report.init_binaries.len()
+            );
+        }
+        for e in &report.errors {
+            outln!("  could not remove {}", line(e));
+        }
+    }
+    Ok(if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `golem-orch audit`: the audit log, or `--verify` its hash chain.
+pub(super) fn audit(
+    home: &Home,
+    session: Option<String>,
+    verify: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let log = Audit::new(home.audit_path());
+    if verify {
+        let n = log.verify()?;
+        if json {
+            print_json(&json!({ "ok": true, "records": n }))?;
+        } else {
+            outln!("audit log intact: {n} records, hash chain unbroken");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let filter = match session {
+        Some(s) => Some(home::resolve_id(&home.sessions_dir(), &s, "session")?),
+        None => None,
+    };
+    let records: Vec<_> = log
+        .read()?
+        .into_iter()
+        .filter(|r| filter.is_none() || r.session == filter)
+        .collect();
+    if json {
+        print_json(&records)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let color = present::color_wanted();
+    for r in records {
+        let session = line(r.session.as_deref().map(home::short).unwrap_or("-"));
+        let data = line(&present::compact(&r.data));
+        let event = format!("{:<22}", line(&r.event));
+        let text = format!("{}  {:<12}  ", line(&r.ts), session);
+        if color && (r.event.contains("rejected") || r.event.contains("failed")) {
+            let event = render::paint(render::Colour::Red, &event);
+            render::out_coloured(&format!("{text}{event}  {data}\n"));
+        } else {
+            outln!("{text}{event}  {data}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,318 @@
+//! The command line's shape: clap structs and help texts, and how the worker flags become a
+//! library [`RunSpec`] (the rules that resolve it live in `golem_orch::spec`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use golem_orch::policy::TrustLevel;
+use golem_orch::spec::RunSpec;
+use golem_orch::units::{Limit, Size};
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Run one session: take inputs in, process them in one locked container, stage the output.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Process many documents, one locked container each, at most --jobs at once.
+    #[command(after_help = BATCH_HELP)]
+    Batch(BatchArgs),
+    /// List sessions, newest first.
+    Sessions(JsonFlag),
+    /// Print a session's captured worker output (control characters escaped).
+    Logs {
+        /// Session id or unique prefix.
+        session: String,
+    },
+    /// List staged commits: pending first, then pushed and discarded.
+    Staged(JsonFlag),
+    /// Show a staged commit's manifest: provenance, files, rejected entries.
+    Show {
+        /// Staged commit id or unique prefix.
+        id: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Show what a staged commit would change on a branch: added and modified files, as a diff.
+    Diff(TargetArgs),
+    /// Commit a staged commit onto a branch of a git repository (asks first; never touches your work tree).
+    #[command(after_help = PUSH_HELP)]
+    Push {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Commit message summary (provenance trailers are always added).
+        #[arg(long, short = 'm', value_name = "MESSAGE")]
+        message: Option<String>,
+        /// Push without asking (required when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Push even when the branch changed the same paths since the session read the repository,
+        /// or when a file is a look-alike of another path (case, NFC/NFD, trailing dots/spaces).
+        #[arg(long)]
+        force: bool,
+        /// Then push the branch to this remote with your own git credentials.
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+    },
+    /// Throw a pending staged commit away (asks first).
+    Discard {
+        /// Staged commit id or unique prefix.
+        id: String,
+        /// Discard without asking (required when not on a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// List worker definitions: the built-ins and the project's workers/*.worker files.
+    Workers(JsonFlag),
+    /// Build the golem-worker image.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
+    /// Inspect trust-level policies.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Check that everything a session needs is in place.
+    Doctor(JsonFlag),
+    /// Remove containers and volumes whose orchestrator died, and mark their sessions failed.
+    Gc(JsonFlag),
+    /// Show the append-only audit log.
+    Audit {
+        /// Only this session's records.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Check the hash chain: exits non-zero if a past record was changed or removed.
+        #[arg(long)]
+        verify: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+const PUSH_HELP: &str = "\
+The commit's parent is the branch's tip; a missing branch is created from HEAD. The default branch
+is golem/<id>, so a push never moves a branch you are working on; pushing to the checked-out
+branch is refused. Every staged file is re-hashed against the manifest first, and the manifest
+against the hash the audit log recorded when it was staged: a tampered stage is refused.
+The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
+Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
+
+Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o (with --json and no
+--yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
+attributes and hooks, build and environment files, #! scripts, golem's own files) are marked
+[sensitive: why]; look-alikes of other paths in the branch (differing only by case, Unicode
+normalisation or trailing dots/spaces) are marked [collides with ...] and refused unless --force.";
+
+/// Which repository, branch and files a diff or push is about.
+#[derive(Debug, Args)]
+pub(super) struct TargetArgs {
+    /// Staged commit id or unique prefix.
+    pub(super) id: String,
+    /// The git repository (default: the one containing the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub(super) repo: Option<PathBuf>,
+    /// Branch to compare with or commit on (default: golem/<id>).
+    #[arg(long, short = 'b', value_name = "BRANCH")]
+    pub(super) branch: Option<String>,
+    /// Directory inside the repository for the staged files (default: the root).
+    #[arg(long, value_name = "DIR")]
+    pub(super) prefix: Option<String>,
+    /// Only these staged files or directories.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub(super) only: Vec<String>,
+    #[command(flatten)]
+    pub(super) json: JsonFlag,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ImageCommand {
+    /// Build (or rebuild) golem-worker from the binary embedded in golem-orch; never pulls.
+    Build(JsonFlag),
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PolicyCommand {
+    /// Print the effective policy for LEVEL after the project's golem.yaml is applied.
+    Show {
+        /// untrusted, session, workspace or full.
+        level: TrustLevel,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+#[derive(Debug, Args, Clone, Copy)]
+pub(super) struct JsonFlag {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+const RUN_HELP: &str = "\
+Inputs are files, directories (taken recursively) and http(s) URLs. URLs are downloaded on the
+host with a size cap, a timeout and a redirect limit; the host never parses content.
+
+The worker sees its inputs read-only at /input and writes to /output; the output is validated
+entry by entry and staged in .golem/staged/<id>/ for review. Use --image IMAGE -- ARGS... to run
+your own local image under the same policy (ARGS replace the image's command, as with docker run).
+
+--json prints one object: {session, status, exit_code, staged, timed_out, oom_killed, files,
+bytes, rejected, error, logs}. status is staged, failed, timeout, oom, rejected or cancelled.
+
+Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
+worker exited non-zero; 4 timeout; 5 out of memory; 6 output rejected; 130 cancelled.";
+
+const BATCH_HELP: &str = "\
+Every file found (directories recursively) and every line of --from FILE (paths or URLs; blank
+lines and # comments ignored) is one document, processed in its own container exactly as
+`golem-orch run` would, with the same trust level, worker and limits. A document that fails,
+times out or runs out of memory is recorded and the others go on. Each document gets its own
+staged commit, or with --stage-as-one the batch gets one, with a folder per document.
+
+Ctrl-C stops launching, cancels the running documents (removing their containers) and records
+the batch; `golem-orch batch --resume ID` runs only what did not finish, plus documents that
+failed for a reason outside them (the engine went away, the disk was full). Records live in
+.golem/batches/. Progress goes to stderr (a bar on a terminal, lines otherwise).
+
+Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
+
+#[derive(Debug, Args)]
+pub(super) struct BatchArgs {
+    /// Files, directories (recursive) or http(s) URLs; each file is one document.
+    #[arg(value_name = "INPUT")]
+    pub(super) inputs: Vec<String>,
+    /// Also read documents from FILE, one path or URL per line.
+    #[arg(long, value_name = "FILE")]
+    pub(super) from: Option<PathBuf>,
+    /// Containers at once (default: the number of CPU cores).
+    #[arg(long, short = 'j', value_name = "N")]
+    pub(super) jobs: Option<usize>,
+    /// One staged commit for the whole batch, with a folder per document.
+    #[arg(long)]
+    pub(super) stage_as_one: bool,
+    /// Run what an earlier, cancelled or crashed batch did not finish.
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls"])]
+    pub(super) resume: Option<String>,
+    #[command(flatten)]
+    pub(super) intake: IntakeArgs,
+    #[command(flatten)]
+    pub(super) worker: WorkerArgs,
+    #[command(flatten)]
+    pub(super) json: JsonFlag,
+    /// Arguments for --image, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    pub(super) command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    /// Files, directories or http(s) URLs to process.
+    #[arg(value_name = "INPUT")]
+    pub(super) inputs: Vec<String>,
+    #[command(flatten)]
+    pub(super) worker: WorkerArgs,
+    /// Largest download accepted per URL.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub(super) max_download: Size,
+    /// Wall-clock limit per download.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    pub(super) download_timeout: Limit,
+    #[command(flatten)]
+    pub(super) intake: IntakeArgs,
+    /// Opt in to a network (only the full level allows it).
+    #[arg(long)]
+    pub(super) allow_network: bool,
+    /// Keep the stopped container afterwards for debugging (docker inspect; gc removes it later).
+    #[arg(long)]
+    pub(super) keep: bool,
+    /// Print the exact container that would be created and start nothing.
+    #[arg(long)]
+    pub(super) dry_run: bool,
+    #[command(flatten)]
+    pub(super) json: JsonFlag,
+    /// Arguments for the image, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    pub(super) command: Vec<String>,
+}
+
+/// Intake limits a person may set; shared by `run` and `batch`.
+#[derive(Debug, Args, Clone)]
+pub(super) struct IntakeArgs {
+    /// Lower the session's total input cap (the policy's input.max_total_bytes; never raises it).
+    #[arg(long, value_name = "SIZE")]
+    pub(super) max_input: Option<Size>,
+    /// Let URLs (and their redirects) reach loopback, private and link-local addresses: your own
+    /// intranet. Off by default, so a redirect cannot reach the host's or the network's services.
+    #[arg(long)]
+    pub(super) allow_private_urls: bool,
+}
+
+/// The trust level and what to run; shared by `run` and `batch`.
+#[derive(Debug, Args, Clone)]
+#[group(id = "worker_args", multiple = true)]
+#[command(group(clap::ArgGroup::new("level").multiple(false).args(["trust", "untrusted", "session", "workspace", "full"])))]
+pub(super) struct WorkerArgs {
+    /// Trust level for the session (default: untrusted; a worker needing more must be given it).
+    #[arg(long, value_name = "LEVEL", conflicts_with_all = ["untrusted", "session", "workspace", "full"])]
+    pub(super) trust: Option<TrustLevel>,
+    /// Same as --trust untrusted.
+    #[arg(long)]
+    pub(super) untrusted: bool,
+    /// Same as --trust session.
+    #[arg(long)]
+    pub(super) session: bool,
+    /// Same as --trust workspace.
+    #[arg(long)]
+    pub(super) workspace: bool,
+    /// Same as --trust full.
+    #[arg(long)]
+    pub(super) full: bool,
+    /// Worker definition to run (default: report). See `golem-orch workers`.
+    #[arg(long, short = 'w', value_name = "NAME", conflicts_with = "image")]
+    pub(super) worker: Option<String>,
+    /// Run this local image instead of a worker definition (never pulled).
+    #[arg(long, value_name = "IMAGE")]
+    pub(super) image: Option<String>,
+    /// Lower the policy's wall-clock limit for this run (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION")]
+    pub(super) timeout: Option<Limit>,
+    /// Lower the policy's memory limit for this run (e.g. 256m, 1g, 512MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub(super) memory: Option<Size>,
+}
+
+impl WorkerArgs {
+    /// What the person asked for, as the library resolves it: the level comes from these
+    /// flags alone (untrusted when none is given).
+    pub(super) fn spec(&self, intake: &IntakeArgs, command: &[String]) -> RunSpec {
+        RunSpec {
+            worker: self.worker.clone(),
+            image: self.image.clone(),
+            command: command.to_vec(),
+            memory: self.memory,
+            timeout: self.timeout,
+            allow_private_urls: intake.allow_private_urls,
+            max_input: intake.max_input,
+            ..RunSpec::new(self.level().unwrap_or(TrustLevel::Untrusted))
+        }
+    }
+
+    /// The level the person asked for, if any.
+    fn level(&self) -> Option<TrustLevel> {
+        if self.session {
+            Some(TrustLevel::Session)
+        } else if self.workspace {
+            Some(TrustLevel::Workspace)
+        } else if self.full {
+            Some(TrustLevel::Full)
+        } else if self.untrusted {
+            Some(TrustLevel::Untrusted)
+        } else {
+            self.trust
+        }
+    }
+}

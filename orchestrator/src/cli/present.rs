@@ -1,0 +1,213 @@
+//! Human formats: sizes, ages, hashes, and the multi-line reports of a run, a batch and a push
+//! proposal. Everything here prints through the rendering gate (the `outln!`/`errln!` macros)
+//! and passes every value that came from outside through `render::line`.
+
+use golem_orch::batch::{self, Record};
+use golem_orch::home;
+use golem_orch::render::{self, line};
+use golem_orch::session::Outcome;
+
+use super::{errln, outln};
+
+/// Whether stdout wants colour: a terminal, and no `NO_COLOR`.
+pub(super) fn color_wanted() -> bool {
+    render::stdout_is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// A session's outcome for a person: status, exit code, what was staged, where the logs are.
+pub(super) fn run_outcome(outcome: &Outcome) {
+    let short = home::short(&outcome.session);
+    outln!("session {short}: {}", outcome.status.as_str());
+    if let Some(code) = outcome.exit_code {
+        outln!("  worker exit code {code}");
+    }
+    if let Some(staged) = &outcome.staged {
+        outln!(
+            "  staged {}: {} file(s), {}, {} rejected  (golem-orch show {})",
+            home::short(staged),
+            outcome.files,
+            human_bytes(outcome.bytes),
+            outcome.rejected,
+            home::short(staged)
+        );
+    }
+    outln!("  logs: golem-orch logs {short}");
+}
+
+/// What went wrong in a session, on one line of stderr: scripts read stdout, a person should
+/// still see it.
+pub(super) fn session_error(outcome: &Outcome) {
+    if let Some(e) = &outcome.error {
+        let e = line(&e.replace(['\n', '\r'], " "));
+        errln!(
+            "golem-orch: session {} {}: {e}",
+            home::short(&outcome.session),
+            outcome.status.as_str()
+        );
+    }
+}
+
+/// A finished (or cancelled) batch: counts, the documents that did not simply succeed, and
+/// how to go on.
+pub(super) fn batch_summary(record: &Record) {
+    let summary = record.summary();
+    outln!(
+        "batch {}: {}",
+        home::short(&record.id),
+        record.state.as_str()
+    );
+    outln!("  {:<10} {:>6}", "succeeded", summary.succeeded);
+    outln!("  {:<10} {:>6}", "partial", summary.partial);
+    outln!("  {:<10} {:>6}", "failed", summary.failed);
+    outln!("  {:<10} {:>6}", "timed out", summary.timed_out);
+    outln!("  {:<10} {:>6}", "oom", summary.oom);
+    outln!("  {:<10} {:>6}", "rejected", summary.rejected);
+    outln!("  {:<10} {:>6}", "not run", summary.not_run);
+    outln!(
+        "  rejected entries {}, bytes staged {}",
+        summary.rejected_entries,
+        human_bytes(summary.bytes_staged)
+    );
+    for d in record.documents.iter().filter(|d| {
+        !matches!(
+            d.status,
+            batch::DocStatus::Staged | batch::DocStatus::Pending
+        )
+    }) {
+        outln!(
+            "  {:<9} {}  {}",
+            d.status.as_str(),
+            line(&d.source),
+            line(d.error.as_deref().unwrap_or(""))
+        );
+    }
+    if let Some(staged) = &record.staged {
+        outln!("  staged as one: golem-orch show {}", home::short(staged));
+    }
+    if record.state == batch::BatchState::Cancelled {
+        outln!(
+            "  resume with: golem-orch batch --resume {}",
+            home::short(&record.id)
+        );
+    } else if summary.retryable > 0 {
+        outln!(
+            "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {}",
+            summary.retryable,
+            home::short(&record.id)
+        );
+    }
+}
+
+/// Prints what a push would do: target, branch, and each file with A/M and its size.
+pub(super) fn print_proposal(p: &golem_orch::push::Proposal) {
+    let branch = if p.new_branch {
+        format!("{} (new, from HEAD)", line(&p.branch))
+    } else {
+        line(&p.branch)
+    };
+    errln!(
+        "push {} into {} on branch {branch}",
+        line(home::short(&p.staged)),
+        line(&p.repo)
+    );
+    for f in &p.files {
+        let (added, removed) = golem_orch::diff::line_counts(f);
+        let note = match f.change {
+            golem_orch::diff::Change::Unchanged => "unchanged, skipped".to_string(),
+            _ => format!("+{added} -{removed}"),
+        };
+        errln!(
+            "  {}  {:<40}  {:>9}  {note}{}",
+            f.change.mark(),
+            line(&f.path),
+            human_bytes(f.size),
+            line(&golem_orch::diff::marks(f))
+        );
+    }
+    if let Some(summary) = golem_orch::diff::summary(&p.files) {
+        errln!("  !! {summary}: look at the marked files before you say yes");
+    }
+    if !p.conflicts.is_empty() {
+        let conflicts: Vec<String> = p.conflicts.iter().map(|c| line(c)).collect();
+        errln!(
+            "  conflicts (changed on the branch since the session started): {}",
+            conflicts.join(", ")
+        );
+    }
+}
+
+/// `key=value` pairs for a one-line view of an audit record's data.
+pub(super) fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .filter(|(k, _)| k.as_str() != "plan")
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+/// The first 12 hex digits of a hash, as git shows them.
+pub(super) fn short_hash(h: &str) -> &str {
+    h.get(..12).unwrap_or(h)
+}
+
+/// A size in B, KiB, MiB or GiB.
+pub(super) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// An age in seconds, minutes, hours or days.
+pub(super) fn human_age(d: chrono::TimeDelta) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_ages_and_hashes_read_like_a_person_writes_them() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 30), "5.0 GiB");
+        assert_eq!(human_bytes(u64::MAX), "17179869184.0 GiB");
+        let age = |s| human_age(chrono::TimeDelta::seconds(s));
+        assert_eq!(
+            [age(-5), age(59), age(60), age(3600), age(86400 * 3)],
+            ["0s", "59s", "1m", "1h", "3d"]
+        );
+        assert_eq!(short_hash("0123456789abcdef"), "0123456789ab");
+        assert_eq!(short_hash("abc"), "abc");
+    }
+
+    #[test]
+    fn audit_data_is_one_line_of_pairs_without_the_plan() {
+        let v = serde_json::json!({ "plan": { "x": 1 }, "staged": "s1", "files": 2 });
+        assert_eq!(compact(&v), "files=2 staged=s1");
+        assert_eq!(compact(&serde_json::json!(3)), "3");
+    }
+}

@@ -1,0 +1,267 @@
+//! Reviewing staged commits: list, show, diff, push (with a person's consent) and discard.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+use serde_json::json;
+
+use golem_orch::audit::Audit;
+use golem_orch::home::{self, Home};
+use golem_orch::render::{self, line};
+use golem_orch::stage::Stage;
+
+use super::args::TargetArgs;
+use super::{err, errln, outln, present, print_json};
+
+/// `golem-orch staged`: the staged commits, pending first.
+pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
+    let list = Stage::new(home.staged_dir()).list()?;
+    if json {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        outln!("nothing staged");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = chrono::Utc::now();
+    outln!(
+        "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  SOURCE",
+        "ID",
+        "STATUS",
+        "AGE",
+        "FILES",
+        "BYTES",
+        "REJECTED",
+        "TRUST"
+    );
+    for s in list {
+        let age = chrono::DateTime::parse_from_rfc3339(&s.created_at)
+            .map(|t| present::human_age(now.signed_duration_since(t.with_timezone(&chrono::Utc))))
+            .unwrap_or_else(|_| "?".into());
+        outln!(
+            "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  {}",
+            home::short(&s.id),
+            s.status,
+            age,
+            s.files,
+            present::human_bytes(s.bytes),
+            s.rejected,
+            s.trust_level.as_str(),
+            line(&s.source)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch show ID`: a staged commit's provenance, files and rejected entries.
+pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
+    let stage = Stage::new(home.staged_dir());
+    let m = stage.manifest(&id)?;
+    let status = stage.status(&id)?;
+    if json {
+        let mut value = serde_json::to_value(&m)?;
+        value["status"] = json!(status.word());
+        value["path"] = json!(stage.dir(&id).join(golem_orch::stage::FILES));
+        print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!("staged   {}  ({})", line(&m.id), status.word());
+    outln!("session  {}", line(&m.session));
+    outln!("created  {}", line(&m.created_at));
+    outln!("trust    {}", m.trust_level);
+    outln!("image    {}  ({})", line(&m.image), line(&m.image_id));
+    let command: Vec<String> = m.command.iter().map(|a| line(a)).collect();
+    outln!("command  {}", command.join(" "));
+    outln!(
+        "exit     {}",
+        m.exit_code
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    outln!(
+        "files in {}",
+        render::path(&stage.dir(&id).join(golem_orch::stage::FILES))
+    );
+    outln!("\ninputs ({})", m.inputs.len());
+    for i in &m.inputs {
+        outln!(
+            "  {}  {:>9}  {}  <- {}",
+            present::short_hash(&i.sha256),
+            present::human_bytes(i.size),
+            line(&i.name),
+            line(&i.source)
+        );
+        if i.hops.len() > 1 {
+            outln!("      redirected: {}", i.hops.join(" -> "));
+        }
+    }
+    outln!(
+        "\nfiles ({}, {})",
+        m.files.len(),
+        present::human_bytes(m.bytes)
+    );
+    for f in &m.files {
+        outln!(
+            "  {}  {:>9}  {}",
+            present::short_hash(&f.sha256),
+            present::human_bytes(f.size),
+            line(&f.path)
+        );
+    }
+    let rejected = m.rejected.len() as u64 + m.rejected_omitted;
+    outln!("\nrejected ({rejected})");
+    for r in &m.rejected {
+        outln!("  {}: {}", line(&r.path), line(&r.reason));
+    }
+    if m.rejected_omitted > 0 {
+        outln!(
+            "  ... and {} more (see golem-orch audit --session {})",
+            m.rejected_omitted,
+            home::short(&m.session)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves the staged id and opens the target repository, branch and prefix.
+fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::target::Target)> {
+    let id = home::resolve_id(&home.staged_dir(), &t.id, "staged commit")?;
+    let repo = match &t.repo {
+        Some(r) => r.clone(),
+        None => std::env::current_dir()?,
+    };
+    let branch = t
+        .branch
+        .clone()
+        .unwrap_or_else(|| golem_orch::target::default_branch(&id));
+    let target = golem_orch::target::Target::open(&repo, &branch, t.prefix.as_deref())?;
+    Ok((id, target))
+}
+
+/// `golem-orch diff ID`: what a staged commit would change on a branch.
+pub(super) fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
+    let (id, target) = open_target(home, t)?;
+    let stage = Stage::new(home.staged_dir());
+    let manifest = stage.manifest(&id)?;
+    let diffs = golem_orch::diff::compute(&stage, &id, &manifest, &target, &t.only)?;
+    if t.json.json {
+        print_json(
+            &json!({ "staged": id, "repo": target.path, "branch": target.branch, "summary": golem_orch::diff::summary(&diffs), "files": diffs }),
+        )?;
+    } else {
+        // Colours are golem-orch's own, added after the content was rendered; the gate keeps
+        // exactly those and escapes anything else.
+        render::out_coloured(&golem_orch::diff::render(&diffs, present::color_wanted()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks on the terminal; `None` when there is no terminal to ask on.
+fn ask(question: &str) -> Option<String> {
+    if !std::io::stdin().is_terminal() {
+        return None;
+    }
+    err!("{question}");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).ok()?;
+    Some(line.trim().to_ascii_lowercase())
+}
+
+/// `golem-orch push ID`: commits a staged commit onto a branch, with a person's consent.
+pub(super) fn push_cmd(
+    home: &Home,
+    t: &TargetArgs,
+    message: Option<&str>,
+    yes: bool,
+    force: bool,
+    remote: Option<&str>,
+) -> Result<ExitCode> {
+    let (id, target) = open_target(home, t)?;
+    let stage = Stage::new(home.staged_dir());
+    let audit = Audit::new(home.audit_path());
+    let proposal = golem_orch::push::propose(&stage, &audit, &id, &target, &t.only)?;
+    if !yes && t.json.json {
+        // A script asking without consent gets the proposal (marks included), and nothing moves.
+        print_json(&proposal)?;
+        bail!("push needs a person's consent: pass --yes to push");
+    }
+    if !yes && !std::io::stdin().is_terminal() {
+        bail!("push needs a person's consent: run it on a terminal, or pass --yes");
+    }
+    if !yes {
+        present::print_proposal(&proposal);
+        loop {
+            match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
+                None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),
+                Some("d" | "diff") => render::err_coloured(&golem_orch::diff::render(
+                    &proposal.files,
+                    render::stderr_is_terminal(),
+                )),
+                Some("y" | "yes") => break,
+                Some(_) => {
+                    errln!("not pushed; the staged commit stays pending");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+    }
+    let request = golem_orch::push::Request {
+        only: t.only.clone(),
+        message: message.map(str::to_string),
+        force,
+        remote: remote.map(str::to_string),
+    };
+    let pushed = golem_orch::push::execute(&stage, &audit, &id, &target, &request)?;
+    if t.json.json {
+        print_json(&pushed)?;
+    } else {
+        let recovered = if pushed.recovered {
+            " (found from an interrupted earlier push)"
+        } else {
+            ""
+        };
+        outln!(
+            "pushed {} as {} on {}{recovered}",
+            home::short(&id),
+            line(pushed.commit.get(..12).unwrap_or(&pushed.commit)),
+            line(&pushed.branch)
+        );
+        if let Some(r) = &pushed.remote {
+            outln!("  and to remote {}", line(r));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch discard ID`: throws a pending staged commit away, with a person's consent.
+pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
+    let stage = Stage::new(home.staged_dir());
+    if !yes {
+        let m = stage.manifest(&id)?;
+        let question = format!(
+            "discard {} ({} file(s), {})? [y/N]: ",
+            home::short(&id),
+            m.files.len(),
+            present::human_bytes(m.bytes)
+        );
+        match ask(&question).as_deref() {
+            None => bail!("discard needs a person's consent: run it on a terminal, or pass --yes"),
+            Some("y" | "yes") => {}
+            Some(_) => {
+                errln!("kept");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    golem_orch::push::discard(&stage, &Audit::new(home.audit_path()), &id)?;
+    if json {
+        print_json(&json!({ "staged": id, "status": "discarded" }))?;
+    } else {
+        outln!("discarded {}", home::short(&id));
+    }
+    Ok(ExitCode::SUCCESS)
+}
