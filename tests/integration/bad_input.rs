@@ -1,6 +1,6 @@
 //! Bad input: every command with missing, malformed or hostile arguments.
 //!
-//! The contract (cli.rs `main`): a mistake is one `golem-orch: ...` line on stderr and exit 1;
+//! The contract (`cli::main`): a mistake is one `golem-orch: ...` line on stderr and exit 1;
 //! a usage mistake clap catches is clap's usage message and exit 2; `doctor` reports its checks
 //! on stdout and exits 1. Never a panic, a backtrace or a second line, whatever the argument
 //! holds (newlines, `..`, a file where a directory belongs, a URL that answers badly).
