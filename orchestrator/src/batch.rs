@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use bollard::Docker;
+use crate::engine::Engine;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -429,7 +429,7 @@ pub fn new_record(settings: Settings, documents: Vec<Document>) -> Record {
 /// sessions (each removes its own container) and records the batch as cancelled.
 pub async fn run(
     home: &Home,
-    docker: &Docker,
+    docker: &dyn Engine,
     mut record: Record,
     template: RunOptions,
     images: &Images,

@@ -10,15 +10,15 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bollard::Docker;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::audit::{self, Audit, Event};
-use crate::container::{self, Exit, LogBuffer, Resource, Tracker};
+use crate::container::{self, Exit, LogBuffer, Tracker};
 use crate::engine::{
-    EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION, LABEL_TOKEN,
+    Attached, Chunk, Engine, EngineError, Select, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER,
+    LABEL_SESSION, LABEL_TOKEN,
 };
 use crate::extract::{self, Extraction, Limits};
 use crate::home::{self, write_atomic, Home};
@@ -463,19 +463,19 @@ pub fn save(home: &Home, record: &Record) -> Result<(), SessionError> {
 /// container exists every ending, including timeouts and rejected output, is an [`Outcome`].
 pub async fn run(
     home: &Home,
-    docker: &Docker,
+    engine: &dyn Engine,
     opts: RunOptions,
     cancel: impl Future<Output = ()>,
 ) -> Result<Outcome, SessionError> {
     // Images first: a missing image is bad input and must fail before a session exists.
-    let images = resolve_images(docker, &opts).await?;
-    run_resolved(home, docker, opts, &images, cancel).await
+    let images = resolve_images(engine, &opts).await?;
+    run_resolved(home, engine, opts, &images, cancel).await
 }
 
 /// [`run`] with images already resolved, so a batch resolves them once for all its documents.
 pub async fn run_resolved(
     home: &Home,
-    docker: &Docker,
+    engine: &dyn Engine,
     opts: RunOptions,
     images: &Images,
     cancel: impl Future<Output = ()>,
@@ -543,7 +543,7 @@ pub async fn run_resolved(
     let result = {
         let work = run_steps(
             home,
-            docker,
+            engine,
             &opts,
             images,
             &audit,
@@ -563,18 +563,18 @@ pub async fn run_resolved(
     if result.is_err() || record.status == SessionStatus::Failed {
         // A cancelled or failed session's worker stops now, even when its container is kept for
         // inspection: nothing else would stop it before the init's own deadline.
-        let _ = container::kill(docker, &container::worker_name(&id)).await;
+        let _ = engine.kill(&container::worker_name(&id)).await;
     }
     // Whatever happened, the engine objects go (unless the person asked to keep them).
     let cleanup_failed = if opts.keep {
         Vec::new()
     } else {
-        tokio::time::timeout(CLEANUP_TIMEOUT, container::remove_all(docker, &tracker))
+        tokio::time::timeout(CLEANUP_TIMEOUT, container::remove_all(engine, &tracker))
             .await
             .unwrap_or_else(|_| {
-                vec![(
-                    Resource::Container("(all)".into()),
-                    "cleanup timed out; run golem-orch gc".into(),
+                vec![container::failed(
+                    "(all)",
+                    "cleanup timed out; run golem-orch gc",
                 )]
             })
     };
@@ -582,7 +582,7 @@ pub async fn run_resolved(
         audit.record(
             Some(&id),
             "container.removed",
-            json!({ "failed": cleanup_failed.iter().map(|(r, e)| format!("{r:?}: {e}")).collect::<Vec<_>>() }),
+            json!({ "failed": cleanup_failed }),
         )?;
     }
     // Input copies are private bytes the person already has: they go with the session unless
@@ -601,19 +601,13 @@ pub async fn run_resolved(
         // Only the mount recipe goes (the files stay in the workspace directory), and only when
         // no other session of the project uses it: the last one to finish removes it.
         let volume = workspace::Overlay::for_workspace(&ws).volume;
-        let filters = std::collections::HashMap::from([("volume", vec![volume.as_str()])]);
-        let users = docker
-            .list_containers(Some(
-                bollard::query_parameters::ListContainersOptionsBuilder::new()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
+        let users = engine
+            .list(&Select::Volume(volume.clone()))
             .await
             .map(|l| l.len())
             .unwrap_or(1);
         if users == 0 {
-            let _ = container::remove_volume(docker, &volume).await;
+            let _ = engine.remove_volume(&volume).await;
         }
         let scrubbed = workspace::scrub(&ws, None).map_err(io(&ws))?;
         audit.record(
@@ -661,14 +655,17 @@ pub struct Images {
 }
 
 /// Makes sure golem-worker exists (building it when missing or stale) and a person's image is local.
-pub async fn resolve_images(docker: &Docker, opts: &RunOptions) -> Result<Images, SessionError> {
+pub async fn resolve_images(
+    engine: &dyn Engine,
+    opts: &RunOptions,
+) -> Result<Images, SessionError> {
     let (image, image_id, entrypoint, default_cmd) = match &opts.image {
         Some(reference) => {
-            let local = image::require_local(docker, reference).await?;
+            let local = image::require_local(engine, reference).await?;
             (reference.clone(), local.id, local.entrypoint, local.cmd)
         }
         None => {
-            let (tag, id) = image::ensure(docker).await?;
+            let (tag, id) = image::ensure(engine).await?;
             let entrypoint = vec![image::WORKER_ENTRYPOINT.to_string()];
             (tag, id, entrypoint, default_command())
         }
@@ -693,7 +690,7 @@ struct Cancelled;
 #[allow(clippy::too_many_arguments)]
 async fn run_steps(
     home: &Home,
-    docker: &Docker,
+    engine: &dyn Engine,
     opts: &RunOptions,
     images: &Images,
     audit: &Audit,
@@ -701,7 +698,7 @@ async fn run_steps(
     record: &mut Record,
     tracker: &Tracker,
 ) -> Result<(), Cancelled> {
-    if let Err(e) = steps(home, docker, opts, images, audit, owner, record, tracker).await {
+    if let Err(e) = steps(home, engine, opts, images, audit, owner, record, tracker).await {
         let message = e.to_string();
         let _ = audit.record(
             Some(&record.id),
@@ -721,7 +718,7 @@ async fn run_steps(
 #[allow(clippy::too_many_arguments)]
 async fn steps(
     home: &Home,
-    docker: &Docker,
+    engine: &dyn Engine,
     opts: &RunOptions,
     images: &Images,
     audit: &Audit,
@@ -770,7 +767,7 @@ async fn steps(
     let user = match opts.policy.fixed_user() {
         Some((uid, gid)) => SessionUser { uid, gid },
         None => {
-            let user = worker_uid::allocate(docker).await?;
+            let user = worker_uid::allocate(engine).await?;
             paths.user = Some(user);
             user
         }
@@ -829,16 +826,16 @@ async fn steps(
 
     // 4. The one container, tracked before it exists, attached before it starts.
     let name = container::worker_name(&id);
-    tracker.add(Resource::Container(name.clone()));
-    let worker_id = container::create(docker, &name, container::worker_body(&plan)).await?;
+    tracker.add(&name);
+    let worker_id = engine.create(&name, &plan).await?;
     audit.record(
         Some(&id),
         "container.created",
         json!({ "container": worker_id, "image": worker.image, "image_id": worker.image_id }),
     )?;
     failpoint("before-start").await;
-    let attached = container::attach(docker, &worker_id).await?;
-    container::start(docker, &worker_id, "worker").await?;
+    let attached = engine.attach(&worker_id).await?;
+    container::start(engine, &worker_id, "worker").await?;
     record.status = SessionStatus::Running;
     save(home, record)?;
     audit.record(
@@ -856,7 +853,7 @@ async fn steps(
     };
     let stage = Stage::new(home.staged_dir());
     let streamed = stream(
-        docker,
+        engine,
         &worker_id,
         attached,
         Duration::from_secs(plan.timeout_secs),
@@ -1036,13 +1033,12 @@ const KILL_DRAIN: Duration = Duration::from_secs(30);
 /// archive with 30 MB still to come) stalled its own kill until the client's timeout, and the
 /// worker's refused output became a host failure.
 async fn kill_draining(
-    docker: &Docker,
+    engine: &dyn Engine,
     container: &str,
-    mut attached: container::Attached,
+    mut attached: Attached,
     logs: &mut LogBuffer,
 ) -> Result<(), SessionError> {
-    use bollard::container::LogOutput;
-    let kill = container::kill(docker, container);
+    let kill = engine.kill(container);
     tokio::pin!(kill);
     let give_up = tokio::time::sleep(KILL_DRAIN);
     tokio::pin!(give_up);
@@ -1052,7 +1048,7 @@ async fn kill_draining(
         tokio::select! {
             result = &mut kill, if killed.is_none() => killed = Some(result),
             item = attached.next(), if open => match item {
-                Some(Ok(LogOutput::StdErr { message })) => logs.push(&message),
+                Some(Ok(Chunk::Stderr(message))) => logs.push(&message),
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => open = false,
             },
@@ -1132,14 +1128,13 @@ impl Validator {
 /// the archive stalls, or as soon as the validator refuses it; the kill runs while the streams
 /// are still drained (see [`kill_draining`]).
 async fn stream(
-    docker: &Docker,
+    engine: &dyn Engine,
     container: &str,
-    mut attached: container::Attached,
+    mut attached: Attached,
     timeout: Duration,
     mut begin: impl FnMut() -> Result<stage::Building, SessionError>,
     limits: Limits,
 ) -> Result<Streamed, SessionError> {
-    use bollard::container::LogOutput;
     let mut logs = LogBuffer::new(MAX_LOG_BYTES);
     let mut validator: Option<Validator> = None;
     let mut timed_out = false;
@@ -1156,20 +1151,15 @@ async fn stream(
                     return Ok(true);
                 }
                 Ok(None) => return Ok(false),
-                Ok(Some(Err(e))) => {
-                    return Err(SessionError::Engine(EngineError::api(
-                        "reading the worker's output",
-                    )(e)))
-                }
+                Ok(Some(Err(e))) => return Err(SessionError::Engine(e)),
                 Ok(Some(Ok(item))) => item,
             };
             let message = match item {
-                LogOutput::StdErr { message } => {
+                Chunk::Stderr(message) => {
                     logs.push(&message);
                     continue;
                 }
-                LogOutput::StdOut { message } => message,
-                _ => continue,
+                Chunk::Stdout(message) => message,
             };
             if validator.is_none() {
                 let building = begin()?;
@@ -1189,7 +1179,7 @@ async fn stream(
     };
     let read: Result<bool, SessionError> = read.await;
     let killed = match read {
-        Ok(true) => kill_draining(docker, container, attached, &mut logs).await,
+        Ok(true) => kill_draining(engine, container, attached, &mut logs).await,
         _ => {
             drop(attached);
             Ok(())
@@ -1202,7 +1192,7 @@ async fn stream(
     };
     read?;
     killed?;
-    let exit = container::finished(docker, container, timed_out).await?;
+    let exit = container::finished(engine, container, timed_out).await?;
     Ok(Streamed {
         exit,
         logs: logs.finish(),
