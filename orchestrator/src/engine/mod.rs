@@ -17,6 +17,8 @@ use futures_util::Stream;
 use crate::plan::ContainerPlan;
 
 pub mod docker;
+#[cfg(test)]
+pub mod fake;
 
 pub use docker::DockerEngine;
 

@@ -735,3 +735,6 @@ fn identity(path: &Path) -> Result<(u64, u64), SessionError> {
     let meta = std::fs::symlink_metadata(path).map_err(io(path))?;
     Ok((meta.dev(), meta.ino()))
 }
+
+#[cfg(test)]
+mod tests;
