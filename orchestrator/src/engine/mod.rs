@@ -281,10 +281,11 @@ pub trait Engine: Send + Sync {
 /// Connects to the Docker Engine (honouring `DOCKER_HOST`, unix or tcp) and checks the API version.
 pub async fn connect() -> Result<(DockerEngine, EngineInfo), EngineError> {
     let docker = DockerEngine::connect()?;
-    let info = docker
-        .version()
-        .await
-        .map_err(|e| EngineError::Unreachable(e.detail()))?;
+    // The first request: an engine that does not answer it is unreachable, whatever the error.
+    let info = docker.version().await.map_err(|e| match e {
+        EngineError::Api { source, .. } => EngineError::Unreachable(source.message),
+        other => other,
+    })?;
     if parse_api(&info.api_version).is_none_or(|v| v < MIN_API) {
         return Err(EngineError::TooOld {
             found: info.api_version,
@@ -308,5 +309,41 @@ mod tests {
         assert!(parse_api("1.100").unwrap() >= MIN_API);
         assert!(parse_api("1.40").unwrap() < MIN_API);
         assert!(parse_api("garbage").is_none());
+    }
+
+    #[test]
+    fn engine_errors_keep_the_engines_words_and_the_callers_purpose() {
+        let e = EngineError::api(
+            "inspecting the container",
+            "No such container: x",
+            Some(404),
+        );
+        assert_eq!(
+            e.to_string(),
+            "inspecting the container: No such container: x"
+        );
+        assert!(e.is_not_found() && !e.is_conflict());
+        let e = e.doing("inspecting the finished container");
+        assert_eq!(
+            e.to_string(),
+            "inspecting the finished container: No such container: x"
+        );
+        assert_eq!(e.detail(), "No such container: x");
+        let busy = EngineError::api("removing image t", "conflict", Some(409));
+        assert!(busy.is_conflict() && !busy.is_not_found());
+        let down = EngineError::Unreachable("refused".into()).doing("listing");
+        assert!(matches!(down, EngineError::Unreachable(_)) && !down.is_not_found());
+    }
+
+    #[test]
+    fn one_engine_is_shared_by_every_task_of_a_batch() {
+        fn shared(engine: std::sync::Arc<dyn Engine>) -> std::sync::Arc<dyn Engine> {
+            engine
+        }
+        fn send<T: Send>(_: &T) {}
+        let engine = shared(fake::FakeEngine::new(fake::Script::default()));
+        let listing = Select::Labels(vec![LABEL_MANAGED.into()]);
+        let future = engine.list(&listing);
+        send(&future);
     }
 }

@@ -299,14 +299,17 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// Rewrites the record, after every step, so a crash leaves an accurate trail.
     fn save(&self) -> Result<(), SessionError> {
         save(self.home, &self.record)
     }
 
+    /// Audits one of this session's events; a session that cannot be audited does not go on.
     fn audit(&self, event: &str, data: serde_json::Value) -> Result<(), SessionError> {
         Ok(self.audit.record(Some(&self.id), event, data)?)
     }
 
+    /// Whether the level mounts `/workspace`, which then needs scrubbing before and after.
     fn mounts_workspace(&self) -> bool {
         self.opts.policy.mounts.workspace != Access::None
     }
@@ -606,6 +609,7 @@ impl<'a> Session<'a> {
         self.audit("session.staged", data)
     }
 
+    /// What the stage records about where its files came from, for review and push.
     fn manifest(&self, extraction: &Extraction, repo_head: Option<String>) -> Manifest {
         Manifest {
             version: 1,
@@ -704,6 +708,7 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// What `run --json` reports, read from the final record.
     fn outcome(&self) -> Outcome {
         let record = &self.record;
         Outcome {
