@@ -9,12 +9,12 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::engine::Engine;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::audit::{self, Audit};
+use crate::engine::Engine;
 use crate::extract::{ExtractedFile, Rejected};
 use crate::home::{self, write_atomic, Home};
 use crate::intake::{self, FileId, InputRecord, Source};
