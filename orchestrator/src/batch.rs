@@ -9,12 +9,12 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use bollard::Docker;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::audit::{self, Audit};
+use crate::engine::Engine;
 use crate::extract::{ExtractedFile, Rejected};
 use crate::home::{self, write_atomic, Home};
 use crate::intake::{self, FileId, InputRecord, Source};
@@ -425,7 +425,7 @@ pub fn new_record(settings: Settings, documents: Vec<Document>) -> Record {
 /// sessions (each removes its own container) and records the batch as cancelled.
 pub async fn run(
     home: &Home,
-    docker: &Docker,
+    docker: &dyn Engine,
     mut record: Record,
     template: RunOptions,
     images: &Images,
@@ -479,7 +479,7 @@ pub async fn run(
 /// What every document's turn shares: the engine, the resolved session template and the record.
 struct Turns<'a> {
     home: &'a Home,
-    docker: &'a Docker,
+    docker: &'a dyn Engine,
     template: RunOptions,
     images: &'a Images,
     progress: &'a dyn Progress,

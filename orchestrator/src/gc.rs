@@ -13,15 +13,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
-use bollard::Docker;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::audit::{self, Audit};
-use crate::container;
 use crate::engine::{
-    EngineError, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION, LABEL_TOKEN,
+    Engine, EngineError, Select, LABEL_HOME, LABEL_MANAGED, LABEL_OWNER, LABEL_SESSION, LABEL_TOKEN,
 };
 use crate::home::{self, Home};
 use crate::owner::{label_liveness, Liveness, Owner};
@@ -64,68 +61,119 @@ pub enum Scope {
 }
 
 /// Collects dead-owned resources, marking their sessions failed in the state directory they belong to.
-pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Report, EngineError> {
-    let mut report = Report::default();
-    let home_label = format!("{LABEL_HOME}={}", home.root().display());
-    let mut labels = vec![LABEL_MANAGED];
+pub async fn collect(
+    engine: &dyn Engine,
+    home: &Home,
+    scope: Scope,
+) -> Result<Report, EngineError> {
+    let mut labels = vec![LABEL_MANAGED.to_string()];
     if scope == Scope::Home {
-        labels.push(&home_label);
+        labels.push(format!("{LABEL_HOME}={}", home.root().display()));
     }
-    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("label", labels)]);
-    // session -> home of every dead-owned resource, to mark sessions afterwards.
-    let mut dead_sessions: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
-    let mut tokens = Tokens::default();
+    let mut sweep = Sweep::default();
+    sweep.containers(engine, &labels).await?;
+    sweep.volumes(engine, &labels).await?;
+    let Sweep {
+        mut report,
+        dead_sessions,
+        ..
+    } = sweep;
+    let homes_seen = mark_dead_sessions(home, dead_sessions, &mut report);
+    report.init_binaries = crate::image::remove_stale_inits(home.root());
+    if scope == Scope::Engine {
+        match crate::image::remove_stale_images(engine).await {
+            Ok(tags) => report.images = tags,
+            Err(e) => report.errors.push(e.to_string()),
+        }
+    }
+    for root in homes_seen {
+        if let Ok(h) = Home::open(Some(&root)) {
+            if let Ok(removed) = Stage::new(h.staged_dir()).remove_orphans() {
+                report.stage_orphans.extend(removed);
+            }
+        }
+    }
+    audit_collected(home, &report);
+    Ok(report)
+}
 
-    let containers = docker
-        .list_containers(Some(
-            ListContainersOptionsBuilder::new()
-                .all(true)
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(EngineError::api("listing golem-orch containers"))?;
-    for c in containers {
-        let labels = c.labels.unwrap_or_default();
-        if !tokens.created_here(&labels) {
-            report.foreign += 1;
-            continue;
+/// One collection's progress through the engine's objects.
+#[derive(Default)]
+struct Sweep {
+    report: Report,
+    /// session -> home of every dead-owned resource, to mark sessions afterwards.
+    dead_sessions: BTreeMap<String, Option<PathBuf>>,
+    tokens: Tokens,
+}
+
+impl Sweep {
+    /// Whether an object with these labels is this user's and its owner is dead; counts it
+    /// as foreign or live otherwise, and notes the session of a dead one.
+    fn is_dead_and_ours(&mut self, labels: &HashMap<String, String>) -> bool {
+        if !self.tokens.created_here(labels) {
+            self.report.foreign += 1;
+            return false;
         }
         if label_liveness(labels.get(LABEL_OWNER).map(String::as_str)) != Liveness::Dead {
-            report.live += 1;
-            continue;
+            self.report.live += 1;
+            return false;
         }
-        let Some(id) = c.id else { continue };
-        note_session(&mut dead_sessions, &labels);
-        match container::remove_container(docker, &id).await {
-            Ok(()) => report.containers.push(id),
-            Err(e) => report.errors.push(format!("container {id}: {e}")),
-        }
+        note_session(&mut self.dead_sessions, labels);
+        true
     }
 
-    let volumes = docker
-        .list_volumes(Some(
-            ListVolumesOptionsBuilder::new().filters(&filters).build(),
-        ))
-        .await
-        .map_err(EngineError::api("listing golem-orch volumes"))?;
-    for v in volumes.volumes.unwrap_or_default() {
-        if !tokens.created_here(&v.labels) {
-            report.foreign += 1;
-            continue;
+    async fn containers(
+        &mut self,
+        engine: &dyn Engine,
+        labels: &[String],
+    ) -> Result<(), EngineError> {
+        let containers = engine
+            .list(&Select::Labels(labels.to_vec()))
+            .await
+            .map_err(|e| e.doing("listing golem-orch containers"))?;
+        for c in containers {
+            if !self.is_dead_and_ours(&c.labels) {
+                continue;
+            }
+            match engine.remove(&c.id).await {
+                Ok(()) => self.report.containers.push(c.id),
+                Err(e) => self
+                    .report
+                    .errors
+                    .push(format!("container {}: {}", c.id, e.detail())),
+            }
         }
-        if label_liveness(v.labels.get(LABEL_OWNER).map(String::as_str)) != Liveness::Dead {
-            report.live += 1;
-            continue;
-        }
-        note_session(&mut dead_sessions, &v.labels);
-        match container::remove_volume(docker, &v.name).await {
-            Ok(()) => report.volumes.push(v.name),
-            Err(e) => report.errors.push(format!("volume {}: {e}", v.name)),
-        }
+        Ok(())
     }
 
-    // Sessions of this home that died before creating anything in the engine.
+    async fn volumes(&mut self, engine: &dyn Engine, labels: &[String]) -> Result<(), EngineError> {
+        let volumes = engine
+            .volumes(labels)
+            .await
+            .map_err(|e| e.doing("listing golem-orch volumes"))?;
+        for v in volumes {
+            if !self.is_dead_and_ours(&v.labels) {
+                continue;
+            }
+            match engine.remove_volume(&v.name).await {
+                Ok(()) => self.report.volumes.push(v.name),
+                Err(e) => self
+                    .report
+                    .errors
+                    .push(format!("volume {}: {}", v.name, e.detail())),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Marks failed the dead sessions the engine's objects named, and those of this home that died
+/// before creating anything in the engine; returns the state directories seen.
+fn mark_dead_sessions(
+    home: &Home,
+    mut dead_sessions: BTreeMap<String, Option<PathBuf>>,
+    report: &mut Report,
+) -> BTreeSet<PathBuf> {
     if let Ok(records) = session::list(home) {
         for r in records.iter().filter(|r| !r.status.is_final()) {
             if Owner::parse(&r.owner).is_some_and(|o| o.liveness() == Liveness::Dead) {
@@ -151,20 +199,11 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
         }
     }
     homes_seen.insert(home.root().to_path_buf());
-    report.init_binaries = crate::image::remove_stale_inits(home.root());
-    if scope == Scope::Engine {
-        match crate::image::remove_stale_images(docker).await {
-            Ok(tags) => report.images = tags,
-            Err(e) => report.errors.push(e.to_string()),
-        }
-    }
-    for root in homes_seen {
-        if let Ok(h) = Home::open(Some(&root)) {
-            if let Ok(removed) = Stage::new(h.staged_dir()).remove_orphans() {
-                report.stage_orphans.extend(removed);
-            }
-        }
-    }
+    homes_seen
+}
+
+/// Audits a collection that removed anything.
+fn audit_collected(home: &Home, report: &Report) {
     if !report.containers.is_empty()
         || !report.volumes.is_empty()
         || !report.stage_orphans.is_empty()
@@ -177,7 +216,6 @@ pub async fn collect(docker: &Docker, home: &Home, scope: Scope) -> Result<Repor
             json!({ "containers": report.containers, "volumes": report.volumes, "stage_orphans": report.stage_orphans, "images": report.images, "init_binaries": report.init_binaries }),
         );
     }
-    Ok(report)
 }
 
 /// The gc tokens of the state directories named by labels, each read once.
@@ -306,7 +344,7 @@ mod tests {
         let mut record: session::Record = serde_json::from_value(json!({
             "id": "0123456789abcdef0123456789abcdef", "created_at": "t", "updated_at": "t",
             "status": "running", "trust_level": "untrusted", "image": "i", "command": [],
-            "owner": Owner::current().to_string(), "inputs": [], "exit": serde_json::to_value(container::Exit::default()).unwrap(),
+            "owner": Owner::current().to_string(), "inputs": [], "exit": serde_json::to_value(crate::container::Exit::default()).unwrap(),
             "staged": null, "files": 0, "bytes": 0, "rejected": 0, "error": null, "kept": false
         }))
         .unwrap();

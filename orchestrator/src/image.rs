@@ -6,12 +6,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use bollard::query_parameters::BuildImageOptionsBuilder;
-use bollard::Docker;
-use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
-use crate::engine::{is_not_found, EngineError};
+use crate::engine::{BuildSpec, Engine, EngineError};
 
 /// The static worker, built by `build.rs`.
 pub const WORKER_BINARY: &[u8] = include_bytes!(env!("GOLEM_WORKER_BIN_PATH"));
@@ -77,69 +74,49 @@ pub fn worker_tag() -> String {
 }
 
 /// Returns the worker image's id when the current build's image exists, `None` when missing or stale.
-pub async fn current(docker: &Docker) -> Result<Option<String>, ImageError> {
+pub async fn current(engine: &dyn Engine) -> Result<Option<String>, ImageError> {
     let tag = worker_tag();
-    match docker.inspect_image(&tag).await {
+    match engine.inspect_image(&tag).await {
         Ok(img) => {
-            let labels = img.config.and_then(|c| c.labels).unwrap_or_default();
-            if labels.get(LABEL_HASH).map(String::as_str) == Some(content_hash().as_str()) {
-                Ok(img.id)
+            if img.labels.get(LABEL_HASH).map(String::as_str) == Some(content_hash().as_str()) {
+                Ok(Some(img.id).filter(|id| !id.is_empty()))
             } else {
                 Ok(None)
             }
         }
-        Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => Err(EngineError::api(format!("inspecting image {tag}"))(e).into()),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.doing(format!("inspecting image {tag}")).into()),
     }
 }
 
 /// Makes sure the current worker image exists, building it when missing or stale. Returns `(tag, id)`.
-pub async fn ensure(docker: &Docker) -> Result<(String, String), ImageError> {
-    if let Some(id) = current(docker).await? {
+pub async fn ensure(engine: &dyn Engine) -> Result<(String, String), ImageError> {
+    if let Some(id) = current(engine).await? {
         return Ok((worker_tag(), id));
     }
-    build(docker).await
+    build(engine).await
 }
 
 /// Builds the worker image through the Engine API (classic builder, plain tar context, no pull).
-pub async fn build(docker: &Docker) -> Result<(String, String), ImageError> {
+pub async fn build(engine: &dyn Engine) -> Result<(String, String), ImageError> {
     let tag = worker_tag();
-    let context = build_context()?;
-    let labels: HashMap<&str, String> = HashMap::from([(LABEL_HASH, content_hash())]);
-    let options = BuildImageOptionsBuilder::new()
-        .t(&tag)
-        .dockerfile("Dockerfile")
-        .labels(&labels)
-        .rm(true)
-        .forcerm(true)
-        .networkmode("none")
-        .build();
-    let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
-    while let Some(item) = stream.next().await {
-        let info = item.map_err(|e| ImageError::Build {
-            tag: tag.clone(),
-            message: e.to_string(),
-        })?;
-        if let Some(detail) = info.error_detail {
-            return Err(ImageError::Build {
-                tag,
-                message: detail.message.unwrap_or_else(|| "unknown error".into()),
-            });
-        }
-    }
-    docker
-        .tag_image(
-            &tag,
-            Some(
-                bollard::query_parameters::TagImageOptionsBuilder::new()
-                    .repo(REPOSITORY)
-                    .tag("latest")
-                    .build(),
-            ),
-        )
+    let spec = BuildSpec {
+        tag: tag.clone(),
+        labels: HashMap::from([(LABEL_HASH.to_string(), content_hash())]),
+        context: build_context()?,
+    };
+    engine
+        .build_image(&spec)
         .await
-        .map_err(EngineError::api(format!("tagging {tag} as latest")))?;
-    match current(docker).await? {
+        .map_err(|e| ImageError::Build {
+            tag: tag.clone(),
+            message: e.detail(),
+        })?;
+    engine
+        .tag_image(&tag, REPOSITORY, "latest")
+        .await
+        .map_err(|e| e.doing(format!("tagging {tag} as latest")))?;
+    match current(engine).await? {
         Some(id) => Ok((tag, id)),
         None => Err(ImageError::Build {
             tag,
@@ -149,18 +126,15 @@ pub async fn build(docker: &Docker) -> Result<(String, String), ImageError> {
 }
 
 /// Checks that a person's own image exists locally and returns its id.
-pub async fn require_local(docker: &Docker, reference: &str) -> Result<LocalImage, ImageError> {
-    match docker.inspect_image(reference).await {
-        Ok(img) => {
-            let config = img.config.unwrap_or_default();
-            Ok(LocalImage {
-                id: img.id.unwrap_or_default(),
-                entrypoint: config.entrypoint.unwrap_or_default(),
-                cmd: config.cmd.unwrap_or_default(),
-            })
-        }
-        Err(e) if is_not_found(&e) => Err(ImageError::Missing(reference.to_string())),
-        Err(e) => Err(EngineError::api(format!("inspecting image {reference}"))(e).into()),
+pub async fn require_local(engine: &dyn Engine, reference: &str) -> Result<LocalImage, ImageError> {
+    match engine.inspect_image(reference).await {
+        Ok(img) => Ok(LocalImage {
+            id: img.id,
+            entrypoint: img.entrypoint,
+            cmd: img.cmd,
+        }),
+        Err(e) if e.is_not_found() => Err(ImageError::Missing(reference.to_string())),
+        Err(e) => Err(e.doing(format!("inspecting image {reference}")).into()),
     }
 }
 
@@ -223,19 +197,14 @@ pub fn remove_stale_inits(state: &Path) -> Vec<String> {
 /// Removes `golem-worker:<hash>` tags of other builds, so rebuilt workers do not pile up in the
 /// engine. The current build's tag and `latest` stay; an image a container still uses is left
 /// alone (the engine refuses, and that is not an error here). Returns the tags removed.
-pub async fn remove_stale_images(docker: &Docker) -> Result<Vec<String>, EngineError> {
-    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("reference", vec![REPOSITORY])]);
-    let images = docker
-        .list_images(Some(
-            bollard::query_parameters::ListImagesOptionsBuilder::new()
-                .filters(&filters)
-                .build(),
-        ))
+pub async fn remove_stale_images(engine: &dyn Engine) -> Result<Vec<String>, EngineError> {
+    let tags = engine
+        .image_tags(REPOSITORY)
         .await
-        .map_err(EngineError::api("listing golem-worker images"))?;
+        .map_err(|e| e.doing("listing golem-worker images"))?;
     let current = worker_tag();
     let mut removed = Vec::new();
-    for tag in images.into_iter().flat_map(|i| i.repo_tags) {
+    for tag in tags {
         let Some(hash) = tag.strip_prefix(&format!("{REPOSITORY}:")) else {
             continue;
         };
@@ -243,14 +212,10 @@ pub async fn remove_stale_images(docker: &Docker) -> Result<Vec<String>, EngineE
         if !ours || tag == current {
             continue;
         }
-        let options = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
-        match docker.remove_image(&tag, Some(options), None).await {
-            Ok(_) => removed.push(tag),
-            Err(e) if is_not_found(&e) => {}
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 409, ..
-            }) => {}
-            Err(e) => return Err(EngineError::api(format!("removing image {tag}"))(e)),
+        match engine.remove_image(&tag).await {
+            Ok(()) => removed.push(tag),
+            Err(e) if e.is_not_found() || e.is_conflict() => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(removed)

@@ -10,11 +10,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use bollard::query_parameters::ListContainersOptionsBuilder;
-use bollard::Docker;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{EngineError, LABEL_MANAGED};
+use crate::engine::{Engine, EngineError, Select, LABEL_MANAGED};
 
 /// The first id of the reserved range: far above any distribution's account ranges (which end
 /// at 60000-65535, or a few million with systemd-homed and subordinate ranges), below 2^31 so
@@ -129,25 +127,16 @@ fn nss_knows(id: u32) -> bool {
 
 /// The ids golem-managed containers on the engine run as. `Config.User` is what our create set
 /// (an image's label cannot change it); labels only narrow which containers are inspected.
-pub async fn live_ids(docker: &Docker) -> Result<BTreeSet<u32>, EngineError> {
-    let filters = std::collections::HashMap::from([("label", vec![LABEL_MANAGED])]);
-    let options = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let list = docker
-        .list_containers(Some(options))
+pub async fn live_ids(engine: &dyn Engine) -> Result<BTreeSet<u32>, EngineError> {
+    let select = Select::Labels(vec![LABEL_MANAGED.to_string()]);
+    let list = engine
+        .list(&select)
         .await
-        .map_err(EngineError::api("listing containers for their worker uids"))?;
+        .map_err(|e| e.doing("listing containers for their worker uids"))?;
     // Inspected together: one round trip's latency, not one per live container.
-    let inspections = list.into_iter().filter_map(|c| c.id).map(|id| async move {
-        docker
-            .inspect_container(&id, None)
-            .await
-            .ok()
-            .and_then(|i| i.config)
-            .and_then(|c| c.user)
-    });
+    let inspections = list
+        .into_iter()
+        .map(|c| async move { engine.inspect(&c.id).await.ok().and_then(|i| i.user) });
     let mut ids = BTreeSet::new();
     // A container removed between the list and the inspect uses nothing any more.
     for user in futures_util::future::join_all(inspections)
@@ -170,8 +159,8 @@ pub fn pick(host: &HostIds, live: &BTreeSet<u32>, mut random: impl FnMut() -> u3
 }
 
 /// Allocates the identity of a new session's worker.
-pub async fn allocate(docker: &Docker) -> Result<SessionUser, UidError> {
-    let live = live_ids(docker).await?;
+pub async fn allocate(engine: &dyn Engine) -> Result<SessionUser, UidError> {
+    let live = live_ids(engine).await?;
     let host = HostIds::read();
     let id = pick(&host, &live, || {
         let b = uuid::Uuid::new_v4().into_bytes();

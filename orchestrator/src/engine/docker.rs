@@ -1,0 +1,627 @@
+//! The Docker Engine behind the [`Engine`] trait: the only module that knows bollard.
+//!
+//! One client per process: bollard pools the connection, which matters when a batch starts
+//! hundreds of containers. The plan becomes a create body here and nowhere else, so what the
+//! engine is asked to run is exactly what the audit log recorded.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::models::{
+    ContainerCreateBody, HealthConfig, HostConfig, HostConfigLogConfig, Mount, MountType,
+    ResourcesUlimits,
+};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, BuildImageOptionsBuilder, CreateContainerOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
+    ListVolumesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
+    RemoveVolumeOptionsBuilder, TagImageOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::{
+    Attached, BuildSpec, Chunk, Engine, EngineError, EngineFuture, EngineInfo, ExitState,
+    ImageInfo, Inspected, Listed, ListedVolume, Select, LABEL_ROLE,
+};
+use crate::plan::ContainerPlan;
+
+/// A Docker Engine reached through bollard.
+#[derive(Debug, Clone)]
+pub struct DockerEngine {
+    docker: Docker,
+}
+
+impl DockerEngine {
+    /// A client for the engine `DOCKER_HOST` names (or the default socket); nothing is sent yet.
+    pub fn connect() -> Result<DockerEngine, EngineError> {
+        let docker =
+            Docker::connect_with_defaults().map_err(|e| EngineError::Unreachable(e.to_string()))?;
+        Ok(DockerEngine { docker })
+    }
+}
+
+/// Turns bollard's error into ours, keeping its words and its status.
+fn api(doing: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> EngineError {
+    let doing = doing.into();
+    move |e| {
+        let status = match &e {
+            bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
+                Some(*status_code)
+            }
+            _ => None,
+        };
+        EngineError::api(doing, e.to_string(), status)
+    }
+}
+
+/// The label filter bollard wants: `label=key[=value]` for each.
+fn label_filters(labels: &[String]) -> HashMap<&str, Vec<&str>> {
+    HashMap::from([("label", labels.iter().map(String::as_str).collect())])
+}
+
+impl Engine for DockerEngine {
+    fn version(&self) -> EngineFuture<'_, EngineInfo> {
+        Box::pin(async move {
+            let v = self
+                .docker
+                .version()
+                .await
+                .map_err(|e| EngineError::Unreachable(e.to_string()))?;
+            Ok(EngineInfo {
+                version: v.version.unwrap_or_default(),
+                platform: format!(
+                    "{}/{}",
+                    v.os.unwrap_or_default(),
+                    v.arch.unwrap_or_default()
+                ),
+                api_version: v.api_version.unwrap_or_default(),
+            })
+        })
+    }
+
+    fn create<'a>(&'a self, name: &'a str, plan: &'a ContainerPlan) -> EngineFuture<'a, String> {
+        Box::pin(async move {
+            let options = CreateContainerOptionsBuilder::new().name(name).build();
+            let created = self
+                .docker
+                .create_container(Some(options), worker_body(plan))
+                .await
+                .map_err(api(format!("creating container {name}")))?;
+            Ok(created.id)
+        })
+    }
+
+    fn attach<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Attached> {
+        Box::pin(async move {
+            let options = AttachContainerOptionsBuilder::new()
+                .stdout(true)
+                .stderr(true)
+                .stream(true)
+                .logs(false)
+                .build();
+            let attached = self
+                .docker
+                .attach_container(id, Some(options))
+                .await
+                .map_err(api("attaching to the worker container"))?;
+            let chunks = attached.output.filter_map(|item| async move {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => Some(Ok(Chunk::Stdout(message))),
+                    Ok(LogOutput::StdErr { message }) => Some(Ok(Chunk::Stderr(message))),
+                    // No stdin and no tty: nothing else is ever the container's output.
+                    Ok(_) => None,
+                    Err(e) => Some(Err(api("reading the worker's output")(e))),
+                }
+            });
+            Ok(Box::pin(chunks) as Attached)
+        })
+    }
+
+    fn start<'a>(&'a self, id: &'a str) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            self.docker
+                .start_container(id, None)
+                .await
+                .map_err(api("starting the container"))
+        })
+    }
+
+    fn kill<'a>(&'a self, id: &'a str) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            let options = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
+            match self.docker.kill_container(id, Some(options)).await {
+                Ok(()) => Ok(()),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 409 | 404,
+                    ..
+                }) => Ok(()),
+                Err(e) => Err(api("killing the container")(e)),
+            }
+        })
+    }
+
+    fn wait<'a>(&'a self, id: &'a str) -> EngineFuture<'a, i64> {
+        Box::pin(async move {
+            let mut stream = self.docker.wait_container(id, None);
+            match stream.next().await {
+                Some(Ok(r)) => Ok(r.status_code),
+                // bollard reports a non-zero exit as an error carrying the code: not a failure.
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    Ok(code)
+                }
+                Some(Err(e)) => Err(api("waiting for the container")(e)),
+                // The connection closed without a verdict (engine restart, proxy timeout): the
+                // container may still be running, so its output must not be read.
+                None => Err(EngineError::Unreachable(
+                    "the engine closed the wait without reporting an exit".into(),
+                )),
+            }
+        })
+    }
+
+    fn inspect<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Inspected> {
+        Box::pin(async move {
+            let inspect = self
+                .docker
+                .inspect_container(id, None)
+                .await
+                .map_err(api("inspecting the container"))?;
+            let state = inspect.state.unwrap_or_default();
+            Ok(Inspected {
+                running: state.running == Some(true),
+                exit: ExitState {
+                    code: state.exit_code,
+                    oom_killed: state.oom_killed.unwrap_or(false),
+                },
+                user: inspect.config.and_then(|c| c.user),
+            })
+        })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            let options = RemoveContainerOptionsBuilder::new()
+                .force(true)
+                .v(true)
+                .build();
+            match self.docker.remove_container(id, Some(options)).await {
+                Err(e) => match api(format!("removing container {id}"))(e) {
+                    e if e.is_not_found() => Ok(()),
+                    e => Err(e),
+                },
+                Ok(()) => Ok(()),
+            }
+        })
+    }
+
+    fn list<'a>(&'a self, select: &'a Select) -> EngineFuture<'a, Vec<Listed>> {
+        Box::pin(async move {
+            let filters = match select {
+                Select::Labels(labels) => label_filters(labels),
+                Select::Volume(name) => HashMap::from([("volume", vec![name.as_str()])]),
+            };
+            let options = ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build();
+            let list = self
+                .docker
+                .list_containers(Some(options))
+                .await
+                .map_err(api("listing containers"))?;
+            Ok(list
+                .into_iter()
+                .filter_map(|c| {
+                    Some(Listed {
+                        id: c.id?,
+                        labels: c.labels.unwrap_or_default(),
+                        state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn inspect_image<'a>(&'a self, reference: &'a str) -> EngineFuture<'a, ImageInfo> {
+        Box::pin(async move {
+            let img = self
+                .docker
+                .inspect_image(reference)
+                .await
+                .map_err(api(format!("inspecting image {reference}")))?;
+            let config = img.config.unwrap_or_default();
+            Ok(ImageInfo {
+                id: img.id.unwrap_or_default(),
+                labels: config.labels.unwrap_or_default(),
+                entrypoint: config.entrypoint.unwrap_or_default(),
+                cmd: config.cmd.unwrap_or_default(),
+            })
+        })
+    }
+
+    fn build_image<'a>(&'a self, spec: &'a BuildSpec) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            let labels: HashMap<&str, &str> = spec
+                .labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let options = BuildImageOptionsBuilder::new()
+                .t(&spec.tag)
+                .dockerfile("Dockerfile")
+                .labels(&labels)
+                .rm(true)
+                .forcerm(true)
+                .networkmode("none")
+                .build();
+            let context = bollard::body_full(spec.context.clone().into());
+            let mut stream = self.docker.build_image(options, None, Some(context));
+            let doing = format!("building {}", spec.tag);
+            while let Some(item) = stream.next().await {
+                let info = item.map_err(api(doing.clone()))?;
+                if let Some(detail) = info.error_detail {
+                    let message = detail.message.unwrap_or_else(|| "unknown error".into());
+                    return Err(EngineError::api(doing, message, None));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn tag_image<'a>(
+        &'a self,
+        image: &'a str,
+        repo: &'a str,
+        tag: &'a str,
+    ) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+            self.docker
+                .tag_image(image, Some(options))
+                .await
+                .map_err(api(format!("tagging {image} as {repo}:{tag}")))
+        })
+    }
+
+    fn image_tags<'a>(&'a self, repository: &'a str) -> EngineFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            let filters: HashMap<&str, Vec<&str>> =
+                HashMap::from([("reference", vec![repository])]);
+            let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+            let images = self
+                .docker
+                .list_images(Some(options))
+                .await
+                .map_err(api(format!("listing {repository} images")))?;
+            Ok(images.into_iter().flat_map(|i| i.repo_tags).collect())
+        })
+    }
+
+    fn remove_image<'a>(&'a self, tag: &'a str) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            let options = RemoveImageOptionsBuilder::new().build();
+            self.docker
+                .remove_image(tag, Some(options), None)
+                .await
+                .map(|_| ())
+                .map_err(api(format!("removing image {tag}")))
+        })
+    }
+
+    fn volumes<'a>(&'a self, labels: &'a [String]) -> EngineFuture<'a, Vec<ListedVolume>> {
+        Box::pin(async move {
+            let filters = label_filters(labels);
+            let options = ListVolumesOptionsBuilder::new().filters(&filters).build();
+            let volumes = self
+                .docker
+                .list_volumes(Some(options))
+                .await
+                .map_err(api("listing volumes"))?;
+            Ok(volumes
+                .volumes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|v| ListedVolume {
+                    name: v.name,
+                    labels: v.labels,
+                })
+                .collect())
+        })
+    }
+
+    fn remove_volume<'a>(&'a self, name: &'a str) -> EngineFuture<'a, ()> {
+        Box::pin(async move {
+            let mut attempt = 0;
+            loop {
+                let options = RemoveVolumeOptionsBuilder::new().force(true).build();
+                let err = match self.docker.remove_volume(name, Some(options)).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => api(format!("removing volume {name}"))(e),
+                };
+                if err.is_not_found() {
+                    return Ok(());
+                }
+                if attempt >= 20 {
+                    return Err(err);
+                }
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    }
+}
+
+fn labels_with_role(plan: &ContainerPlan, role: &str) -> HashMap<String, String> {
+    let mut labels: HashMap<String, String> = plan
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(LABEL_ROLE.into(), role.into());
+    labels
+}
+
+/// The worker's mounts: the plan's binds, the workspace volume, the init and the masks.
+fn mounts(plan: &ContainerPlan) -> Vec<Mount> {
+    let bind = |b: &crate::plan::BindMount| Mount {
+        target: Some(b.target.clone()),
+        // A Mount (unlike a bind string) fails on a missing source instead of creating it.
+        source: Some(b.source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(b.read_only),
+        ..Default::default()
+    };
+    let mut mounts: Vec<Mount> = plan.binds.iter().map(bind).collect();
+    if let Some(w) = &plan.workspace {
+        mounts.push(workspace_mount(plan, w));
+    }
+    mounts.push(bind(&plan.init));
+    mounts.extend(plan.masks.iter().map(|target| Mount {
+        target: Some(target.clone()),
+        typ: Some(MountType::TMPFS),
+        read_only: Some(true),
+        tmpfs_options: Some(bollard::models::MountTmpfsOptions {
+            size_bytes: Some(4096),
+            mode: Some(0o500),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
+    mounts
+}
+
+/// The worker's host config: every hardening flag and resource limit of the plan.
+fn host_config(plan: &ContainerPlan) -> HostConfig {
+    let mut tmpfs: HashMap<String, String> = plan
+        .tmpfs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    tmpfs.insert(plan.output.target.clone(), plan.output.mount_options());
+    let no_network = plan.network == crate::policy::NetworkMode::None;
+    HostConfig {
+        network_mode: Some(plan.network.as_str().into()),
+        readonly_rootfs: Some(plan.read_only_rootfs),
+        cap_drop: Some(plan.cap_drop.clone()),
+        security_opt: Some(plan.security_opt.clone()),
+        tmpfs: Some(tmpfs),
+        mounts: Some(mounts(plan)),
+        memory: Some(i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX)),
+        memory_swap: Some(i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX)),
+        nano_cpus: Some(plan.nano_cpus),
+        pids_limit: Some(plan.pids_limit),
+        ulimits: Some(vec![
+            ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(1024),
+                hard: Some(1024),
+            },
+            ResourcesUlimits {
+                name: Some("core".into()),
+                soft: Some(0),
+                hard: Some(0),
+            },
+        ]),
+        ipc_mode: Some("private".into()),
+        // The container's own cgroup view, not the host's (the default on cgroup v1 hosts).
+        cgroupns_mode: Some(bollard::models::HostConfigCgroupnsModeEnum::PRIVATE),
+        // Under host memory pressure, the kernel kills the untrusted worker first.
+        oom_score_adj: Some(1000),
+        // Without a network nothing should resolve and resolv.conf should name no host
+        // nameserver; with the opt-in network the engine's normal resolver applies.
+        dns: no_network.then(|| vec!["127.0.0.1".into()]),
+        dns_search: no_network.then(Vec::new),
+        dns_options: no_network.then(Vec::new),
+        privileged: Some(false),
+        publish_all_ports: Some(false),
+        shm_size: Some(1 << 20),
+        runtime: plan.runtime.clone(),
+        // stdout carries the output archive and stderr the worker's messages, both read live
+        // over the attach stream (the session keeps at most 1 MiB of logs). No log driver: the
+        // engine would otherwise re-encode the whole archive into a log file on the host.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".into()),
+            config: None,
+        }),
+        // The plan's init must be PID 1, whatever the daemon's `"init": true` default says: only
+        // a namespace's init is immune to the worker's signals and may kill every process.
+        init: Some(false),
+        ..Default::default()
+    }
+}
+
+/// The worker's create body: exactly the plan, nothing added.
+fn worker_body(plan: &ContainerPlan) -> ContainerCreateBody {
+    let no_network = plan.network == crate::policy::NetworkMode::None;
+    ContainerCreateBody {
+        image: Some(plan.image_id.clone().unwrap_or_else(|| plan.image.clone())),
+        entrypoint: Some(plan.container_entrypoint()),
+        // An explicit empty command: the image's CMD is never appended behind the plan's back.
+        cmd: Some(Vec::new()),
+        user: Some(plan.user.clone()),
+        env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(labels_with_role(plan, "worker")),
+        hostname: Some("golem".into()),
+        working_dir: Some(plan.output.target.clone()),
+        network_disabled: Some(no_network),
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        open_stdin: Some(false),
+        // An image's HEALTHCHECK would be run by the engine as a process of its own inside the
+        // container, outside the init's control: it could write /output while it is archived.
+        healthcheck: Some(HealthConfig {
+            test: Some(vec!["NONE".into()]),
+            ..Default::default()
+        }),
+        host_config: Some(host_config(plan)),
+        ..Default::default()
+    }
+}
+
+/// The workspace as a `local`-driver overlay volume: the daemon creates it on first use with
+/// these options (so no separate create can race a removal) and mounts it `nosuid,nodev`.
+fn workspace_mount(plan: &ContainerPlan, w: &crate::plan::WorkspaceMount) -> Mount {
+    let mut labels = labels_with_role(plan, "workspace");
+    // One volume serves every session of the project: it belongs to none of them.
+    labels.remove(crate::engine::LABEL_SESSION);
+    labels.remove(crate::engine::LABEL_OWNER);
+    Mount {
+        target: Some(w.target.clone()),
+        source: Some(w.overlay.volume.clone()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(w.read_only),
+        volume_options: Some(bollard::models::MountVolumeOptions {
+            no_copy: Some(true),
+            labels: Some(labels),
+            driver_config: Some(bollard::models::MountVolumeOptionsDriverConfig {
+                name: Some("local".into()),
+                options: Some(w.overlay.driver_options().into_iter().collect()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{build, Command, HostPaths};
+    use crate::policy::{load, TrustLevel};
+
+    fn plan() -> ContainerPlan {
+        let p = load(TrustLevel::Session, None, None).unwrap().policy;
+        build(
+            "s",
+            &p,
+            &HostPaths {
+                input: "/h/in".into(),
+                workspace: "/h/ws".into(),
+                repo: None,
+                state: "/h/.golem".into(),
+                task: None,
+                init: "/h/.golem/bin/golem-init-x".into(),
+                user: Some(crate::worker_uid::SessionUser {
+                    uid: 1_610_612_737,
+                    gid: 1_610_612_737,
+                }),
+                other_states: vec![],
+            },
+            &Command {
+                image: "img".into(),
+                image_id: Some("sha256:0123".into()),
+                entrypoint: Some(vec!["/golem-worker".into()]),
+                cmd: vec!["report".into()],
+            },
+            Default::default(),
+            false,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn worker_body_carries_every_hardening_flag() {
+        let body = worker_body(&plan());
+        let host = body.host_config.clone().unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(body.network_disabled, Some(true));
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(
+            host.memory, host.memory_swap,
+            "no swap beyond the memory limit"
+        );
+        assert_eq!(host.privileged, Some(false));
+        assert!(host.pids_limit.unwrap() > 0);
+        assert_eq!(
+            host.log_config.unwrap().typ.as_deref(),
+            Some("none"),
+            "the archive must not be copied into a host log file"
+        );
+        let mounts = host.mounts.unwrap();
+        let input = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/input"))
+            .unwrap();
+        assert_eq!(
+            (input.typ, input.read_only),
+            (Some(MountType::BIND), Some(true))
+        );
+        let init = mounts
+            .iter()
+            .find(|m| {
+                m.target
+                    .as_deref()
+                    .is_some_and(|t| t.starts_with(crate::plan::INIT_TARGET_PREFIX))
+            })
+            .unwrap();
+        assert_eq!(
+            (init.typ, init.read_only),
+            (Some(MountType::BIND), Some(true))
+        );
+        let ws = mounts
+            .iter()
+            .find(|m| m.target.as_deref() == Some("/workspace"))
+            .unwrap();
+        assert_eq!(ws.typ, Some(MountType::VOLUME), "a bind cannot be nosuid");
+        let driver = ws.volume_options.clone().unwrap().driver_config.unwrap();
+        assert!(driver.options.unwrap()["o"].starts_with("nosuid,nodev,"));
+        assert_eq!(body.user.as_deref(), Some("1610612737:1610612737"));
+        let output = &host.tmpfs.unwrap()["/output"];
+        assert!(
+            output.contains("size=") && output.contains("nr_inodes="),
+            "{output}"
+        );
+        assert!(
+            host.binds.is_none(),
+            "bind strings auto-create missing sources"
+        );
+        assert_eq!(body.env.unwrap(), vec!["LANG=C.UTF-8".to_string()]);
+        assert_eq!(body.labels.unwrap()[LABEL_ROLE], "worker");
+        assert_eq!(
+            host.init,
+            Some(false),
+            "the daemon must not inject its own init"
+        );
+        assert_eq!(
+            body.healthcheck.unwrap().test,
+            Some(vec!["NONE".to_string()]),
+            "an image's healthcheck must not run beside the init"
+        );
+        assert_eq!(body.image.as_deref(), Some("sha256:0123"), "created by id");
+    }
+
+    #[test]
+    fn the_init_is_pid_one_and_the_image_command_is_never_merged_in() {
+        let body = worker_body(&plan());
+        let ep = body.entrypoint.unwrap();
+        assert!(ep[0].starts_with(crate::plan::INIT_TARGET_PREFIX), "{ep:?}");
+        assert_eq!(ep[1..3], ["init", "--pid1"]);
+        assert_eq!(ep[ep.len() - 2..], ["/golem-worker", "report"]);
+        assert_eq!(body.cmd, Some(Vec::new()));
+    }
+}
