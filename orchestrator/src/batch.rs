@@ -425,7 +425,7 @@ pub fn new_record(settings: Settings, documents: Vec<Document>) -> Record {
 /// sessions (each removes its own container) and records the batch as cancelled.
 pub async fn run(
     home: &Home,
-    docker: &dyn Engine,
+    engine: &dyn Engine,
     mut record: Record,
     template: RunOptions,
     images: &Images,
@@ -448,7 +448,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let turns = Turns {
         home,
-        docker,
+        engine,
         template,
         images,
         progress,
@@ -479,7 +479,7 @@ pub async fn run(
 /// What every document's turn shares: the engine, the resolved session template and the record.
 struct Turns<'a> {
     home: &'a Home,
-    docker: &'a dyn Engine,
+    engine: &'a dyn Engine,
     template: RunOptions,
     images: &'a Images,
     progress: &'a dyn Progress,
@@ -530,7 +530,7 @@ impl Turns<'_> {
             let _ = stop.wait_for(|v| *v).await;
         };
         let outcome =
-            session::run_resolved(self.home, self.docker, opts, self.images, cancelled).await;
+            session::run_resolved(self.home, self.engine, opts, self.images, cancelled).await;
         let snapshot = {
             let mut r = lock(&self.shared);
             record_outcome(&mut r.documents[i], outcome);

@@ -107,8 +107,8 @@ pub(super) fn workers_cmd(policy_dir: Option<&Path>, json: bool) -> Result<ExitC
 
 /// `golem-orch image build`: (re)builds golem-worker from the embedded binary.
 pub(super) async fn image_build(json: bool) -> Result<ExitCode> {
-    let (docker, _) = engine::connect().await?;
-    let (tag, id) = image::build(&docker).await?;
+    let (engine, _) = engine::connect().await?;
+    let (tag, id) = image::build(&engine).await?;
     if json {
         print_json(&json!({ "image": tag, "id": id }))?;
     } else {
@@ -150,7 +150,7 @@ pub(super) async fn doctor(
     let mut add =
         |ok: bool, name: &str, detail: String| checks.push((ok, name.to_string(), detail));
     match engine::connect().await {
-        Ok((docker, info)) => {
+        Ok((engine, info)) => {
             add(
                 true,
                 "engine",
@@ -159,7 +159,7 @@ pub(super) async fn doctor(
                     info.version, info.api_version, info.platform
                 ),
             );
-            match image::current(&docker).await {
+            match image::current(&engine).await {
                 Ok(Some(id)) => add(
                     true,
                     "image",
@@ -221,8 +221,8 @@ pub(super) async fn doctor(
 
 /// `golem-orch gc`: removes what dead orchestrators left behind.
 pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
-    let (docker, _) = engine::connect().await?;
-    let report = gc::collect(&docker, home, gc::Scope::Engine).await?;
+    let (engine, _) = engine::connect().await?;
+    let report = gc::collect(&engine, home, gc::Scope::Engine).await?;
     if json {
         print_json(&report)?;
     } else {

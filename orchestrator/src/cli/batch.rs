@@ -29,11 +29,11 @@ pub(super) async fn batch_cmd(
     };
     // The same spec the first run resolved: a resumed batch runs the rest exactly the same way.
     let template = record.settings.spec.resolve(&Place::here(policy_dir))?;
-    let (docker, _) = engine::connect().await?;
-    if let Err(e) = gc::collect(&docker, &home, gc::Scope::Home).await {
+    let (engine, _) = engine::connect().await?;
+    if let Err(e) = gc::collect(&engine, &home, gc::Scope::Home).await {
         tracing::warn!("gc before batch failed: {e}");
     }
-    let images = session::resolve_images(&docker, &template).await?;
+    let images = session::resolve_images(&engine, &template).await?;
     let pending = record.documents.iter().filter(|d| d.needs_run()).count();
     errln!(
         "batch {}: {} document(s) to run, {} at a time",
@@ -44,7 +44,7 @@ pub(super) async fn batch_cmd(
     let progress = BatchProgress::new(record.documents.len(), record.documents.len() - pending);
     let record = batch::run(
         &home,
-        &docker,
+        &engine,
         record,
         template,
         &images,

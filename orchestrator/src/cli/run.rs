@@ -35,12 +35,12 @@ pub(super) async fn run(
         return dry_run(home_arg, &opts, args.json.json);
     }
     let home = open_home(home_arg)?;
-    let (docker, _) = engine::connect().await?;
+    let (engine, _) = engine::connect().await?;
     // Leftovers of crashed runs go first; live sessions are never touched.
-    if let Err(e) = gc::collect(&docker, &home, gc::Scope::Home).await {
+    if let Err(e) = gc::collect(&engine, &home, gc::Scope::Home).await {
         tracing::warn!("gc before run failed: {e}");
     }
-    let outcome = session::run(&home, &docker, opts, shutdown_signal()).await?;
+    let outcome = session::run(&home, &engine, opts, shutdown_signal()).await?;
     if args.json.json {
         print_json(&outcome)?;
     } else {
