@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::home::Home;
 use crate::intake::{self, IntakeError, IntakeLimits};
 use crate::owner::Owner;
-use crate::plan::{self, ContainerPlan, HostPaths, PlanError};
+use crate::plan::{self, ContainerPlan, PlanError};
 use crate::policy::{self, PolicyError, TrustLevel};
 use crate::session::{self, RunOptions, SessionError, Worker};
 use crate::units::{Limit, Size};
@@ -259,7 +259,7 @@ pub fn preview(home: &Home, opts: &RunOptions) -> Result<Preview, SpecError> {
     if opts.instructions.is_some() {
         paths.task = Some(home.session_dir(DRY_RUN_SESSION).join("task"));
     }
-    let plan = session_plan(
+    let plan = session::session_plan(
         home,
         DRY_RUN_NAME,
         opts,
@@ -271,25 +271,6 @@ pub fn preview(home: &Home, opts: &RunOptions) -> Result<Preview, SpecError> {
         inputs: opts.sources.iter().map(intake::describe).collect(),
         plan,
     })
-}
-
-/// The container plan of session `id`: what a session creates and what a dry run shows.
-pub fn session_plan(
-    home: &Home,
-    id: &str,
-    opts: &RunOptions,
-    paths: &HostPaths,
-    command: &plan::Command,
-    owner: &Owner,
-) -> Result<ContainerPlan, PlanError> {
-    plan::build(
-        id,
-        &opts.policy,
-        paths,
-        command,
-        session::labels(home, id, owner),
-        opts.allow_network,
-    )
 }
 
 /// What the worker runs, as far as it is known without the engine: golem-worker's command is
@@ -473,7 +454,7 @@ mod tests {
             if opts.instructions.is_some() {
                 paths.task = Some(home.session_dir(DRY_RUN_SESSION).join("task"));
             }
-            let built = session_plan(
+            let built = session::session_plan(
                 &home,
                 DRY_RUN_NAME,
                 &opts,

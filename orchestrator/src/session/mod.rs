@@ -39,7 +39,8 @@ mod stream;
 use failpoint::failpoint;
 pub use record::{list, load, save, Record, SessionStatus, LOGS, RECORD};
 pub use resolve::{
-    default_command, find_repo, host_paths, labels, resolve_images, state_dirs_in, Images, Worker,
+    default_command, find_repo, host_paths, labels, resolve_images, session_plan, state_dirs_in,
+    Images, Worker,
 };
 use stream::{stream, ExtractFailure, Streamed, ARCHIVE_TIMEOUT};
 
@@ -399,13 +400,13 @@ impl<'a> Session<'a> {
             paths.task = Some(self.write_instructions(text)?);
         }
         paths.init = image::install_init(self.home.root())?;
-        let plan = plan::build(
+        let plan = session_plan(
+            self.home,
             &self.id,
-            &opts.policy,
+            opts,
             &paths,
             &self.worker.plan_command(),
-            labels(self.home, &self.id, &self.owner),
-            opts.allow_network,
+            &self.owner,
         )?;
         self.audit("session.plan", json!({ "plan": plan }))?;
         Ok(plan)

@@ -190,3 +190,23 @@ pub async fn resolve_images(
     };
     Ok(Images { worker })
 }
+
+/// The container plan of session `id`: the one function both a session and `--dry-run` (through
+/// `spec`) build their plan with, so what a dry run shows is what a session creates.
+pub fn session_plan(
+    home: &Home,
+    id: &str,
+    opts: &RunOptions,
+    paths: &HostPaths,
+    command: &plan::Command,
+    owner: &Owner,
+) -> Result<plan::ContainerPlan, plan::PlanError> {
+    plan::build(
+        id,
+        &opts.policy,
+        paths,
+        command,
+        labels(home, id, owner),
+        opts.allow_network,
+    )
+}
