@@ -734,6 +734,9 @@ mod tests {
             rel: rel.clone(),
             id,
         };
+        // A second link keeps the listed file's inode allocated, so the replacement below can
+        // never be given the same inode number (which would make it look unchanged).
+        std::fs::hard_link(src.path().join("docs/one.txt"), src.path().join("kept")).unwrap();
         // Replaced by a link: refused, never followed.
         std::fs::remove_file(src.path().join("docs/one.txt")).unwrap();
         std::os::unix::fs::symlink(src.path().join("secret"), src.path().join("docs/one.txt"))
@@ -743,7 +746,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, IntakeError::Symlink(_)), "{err}");
-        // Replaced by another file (made while the listed one still exists, so its inode differs): refused too.
+        // Replaced by another file (its inode differs from the kept original's): refused too.
         std::fs::write(src.path().join("other"), "other").unwrap();
         std::fs::rename(src.path().join("other"), src.path().join("docs/one.txt")).unwrap();
         let err = intake(&[source], dest.path(), &limits()).await.unwrap_err();
