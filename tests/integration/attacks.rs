@@ -7,7 +7,7 @@
 //! 4. golem-orch reports a clear status (JSON status, exit code, one line on stderr).
 //!
 //! Each test names the flag or check it attacks (`plan.rs` builds the plan from the policy,
-//! `container.rs` turns it into Engine API bodies), so that removing that defence makes the test
+//! `engine/docker.rs` turns it into Engine API bodies), so that removing that defence makes the test
 //! fail. Network probes only send when the container has no interface but `lo` (the kernel then
 //! fails them locally); the bombs only run as a container's main process.
 //!
@@ -70,7 +70,7 @@ fn try_mode<'a>(mode: &'a str, paths: impl IntoIterator<Item = &'a str>) -> Vec<
 
 attack! {
     /// Attacks `network: none`: plan.rs `build` (network = the policy's mode unless
-    /// --allow-network where allowed), container.rs `worker_body` (`network_mode` and
+    /// --allow-network where allowed), engine/docker.rs `worker_body` (`network_mode` and
     /// `network_disabled`). With a network, the probe would see an interface other than `lo`
     /// and refuse to send, so `attempted` would be false.
     fn tcp_egress_fails_inside_the_kernel(g)
@@ -105,7 +105,7 @@ attack! {
 
 attack! {
     /// Attacks `network: none` (as above): no name resolves, and the container's resolv.conf
-    /// names none of the host's nameservers. (container.rs `worker_body` also sets
+    /// names none of the host's nameservers. (engine/docker.rs `worker_body` also sets
     /// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway,
     /// so removing that setting alone does not change what this test sees.)
     fn dns_resolves_nothing_and_reveals_no_host_nameserver(g)
@@ -259,7 +259,7 @@ attack! {
 }
 
 /// Attacks plan.rs `build` (`/input` bind `read_only: true`, whatever the policy says, since
-/// `Policy::validate` refuses `input: rw`) and container.rs `worker_body`
+/// `Policy::validate` refuses `input: rw`) and engine/docker.rs `worker_body`
 /// (`readonly_rootfs`, which also makes Docker mount its /etc/hosts, /etc/hostname and
 /// /etc/resolv.conf read-only). The errno must be EROFS: the mount refuses, not merely file
 /// modes (the input copy is root-owned 0644, which would give EACCES without the read-only mount).
@@ -355,7 +355,7 @@ attack! {
 
 attack! {
     /// Attacks the engine's defaults that golem-orch relies on and never loosens: no
-    /// `privileged` (container.rs `worker_body` sets `privileged: false`), no added
+    /// `privileged` (engine/docker.rs `worker_body` sets `privileged: false`), no added
     /// capabilities (Docker's default set has no `CAP_SYS_ADMIN` even before `cap_drop: [ALL]`),
     /// and the default seccomp profile (no `security_opt` disables it). mount(2), a new user
     /// namespace (which would hand the worker capabilities inside it) and tracing PID 1 are all
@@ -425,7 +425,7 @@ attack! {
 
 /// The hostile image again, now declaring a HEALTHCHECK that plants a file in /output every
 /// second. The engine would run it with `exec`, beside the init and outside its control (even
-/// while the init archives /output), so golem-orch switches it off (container.rs `worker_body`,
+/// while the init archives /output), so golem-orch switches it off (engine/docker.rs `worker_body`,
 /// `healthcheck: NONE`). Built once per test binary, `FROM` the local hostile image.
 fn image_with_a_healthcheck() -> &'static str {
     const TAG: &str = "golem-test-hostile-healthcheck:latest";
@@ -444,7 +444,7 @@ fn image_with_a_healthcheck() -> &'static str {
 }
 
 attack! {
-    /// Attacks container.rs `worker_body`'s `healthcheck: NONE` with an image that declares one
+    /// Attacks engine/docker.rs `worker_body`'s `healthcheck: NONE` with an image that declares one
     /// (see [`image_with_a_healthcheck`]): nothing is planted in /output while the worker sleeps.
     fn an_images_healthcheck_never_runs_beside_the_worker(g) {
         let run = g
@@ -458,7 +458,7 @@ attack! {
 }
 
 attack! {
-    /// Attacks the PID namespace every container gets (container.rs `worker_body` never sets
+    /// Attacks the PID namespace every container gets (engine/docker.rs `worker_body` never sets
     /// `pid_mode`) and the shared uid 65534: another session's worker, running as the same uid
     /// at the same time, is not even visible, so it can be neither signalled nor traced. The
     /// worker sees only itself and its own init, which it cannot trace either.
@@ -514,8 +514,8 @@ attack! {
 // ---------------------------------------------------------------------------- the output
 
 attack! {
-    /// Attacks extract.rs `extract` (only regular files and directories leave) and the audit of
-    /// every refusal (session.rs `steps`, `entry.rejected`). session.rs checks the reasons in the
+    /// Attacks extract/mod.rs `extract` (only regular files and directories leave) and the audit of
+    /// every refusal (`Session::steps` (session/mod.rs), `entry.rejected`). session.rs checks the reasons in the
     /// manifest; this names every refusal in the audit log, the socket the worker made included
     /// (the init lists it as an entry it could not archive).
     fn links_fifos_setuid_files_and_sockets_are_refused_and_audited_by_name(g) {
@@ -557,8 +557,8 @@ attack! {
 }
 
 attack! {
-    /// Attacks the output mount (container.rs `worker_body`: /output is a tmpfs mount point the
-    /// worker cannot remove, rename or replace) and extract.rs `check_root_entry` (an archive
+    /// Attacks the output mount (engine/docker.rs `worker_body`: /output is a tmpfs mount point the
+    /// worker cannot remove, rename or replace) and extract's `check_root_entry` (an archive
     /// whose first entry is not the /output directory is refused whole). Every replacement fails
     /// with the kernel's errno, the symlinks left inside are refused by name, and nothing
     /// escapes to the host.
@@ -590,7 +590,7 @@ attack! {
 }
 
 attack! {
-    /// Attacks extract.rs `parse_name` (UTF-8 only, no control characters, components of at
+    /// Attacks extract/names.rs `parse_name` (UTF-8 only, no control characters, components of at
     /// most `MAX_COMPONENT_BYTES`): each hostile name is refused with its reason, in the audit
     /// log too.
     fn non_utf8_overlong_and_newline_names_are_refused_with_their_reasons(g) {
@@ -638,7 +638,7 @@ attack! {
 
 attack! {
     /// Attacks the tmpfs `nr_inodes` (plan.rs `build`: `max_files * 2 + 16`, applied by
-    /// `Output::mount_options`) and extract.rs's `max_files` check: with the untrusted
+    /// `Output::mount_options`) and extract's `max_files` check: with the untrusted
     /// policy as shipped, 100,000 empty files (which cost no bytes, so `size=` cannot stop them)
     /// are stopped by the kernel after a few hundred, and the output is rejected as a whole.
     fn a_hundred_thousand_files_are_stopped_by_the_kernel_and_rejected_whole(g) {
@@ -675,7 +675,7 @@ attack! {
 }
 
 attack! {
-    /// Attacks extract.rs `process_file`'s per-file cap with the shipped policy (8 MiB): the one
+    /// Attacks extract/entry.rs `check_file_caps`'s per-file cap with the shipped policy (8 MiB): the one
     /// oversized file is refused by name in the audit log, the rest is staged.
     fn one_file_over_the_cap_is_refused_by_name_and_the_rest_staged(g) {
         let cap = untrusted().output.max_file_bytes.bytes();
@@ -738,7 +738,7 @@ fn forkbomb_survivors() -> Vec<u32> {
 
 attack! {
     /// Attacks plan.rs `build` `pids_limit` (the policy's `resources.pids`, 64 for untrusted),
-    /// applied by container.rs `worker_body`: the bomb (bounded at 1000 so a broken limit
+    /// applied by engine/docker.rs `worker_body`: the bomb (bounded at 1000 so a broken limit
     /// cannot hurt a shared host) gets EAGAIN below the limit, its main process still reports
     /// and exits, the session finishes, and no forked process survives the container.
     fn a_fork_bomb_hits_the_pids_limit_and_the_session_still_finishes(g) {
@@ -759,7 +759,7 @@ attack! {
 }
 
 attack! {
-    /// Attacks session.rs `steps` → container.rs `wait` (SIGKILL at the wall-clock limit) with
+    /// Attacks `Session::steps` (session/mod.rs) → container.rs `finished` (SIGKILL at the wall-clock limit) with
     /// a worker that never sleeps. Without the kill the run would hang (the test's hang guard
     /// then fails it). The CPU limit (`nano_cpus`) is in the audited plan.
     fn a_cpu_spin_past_its_timeout_is_killed_and_reported(g) {
@@ -794,7 +794,7 @@ attack! {
 }
 
 attack! {
-    /// Attacks session.rs `run`'s cancel path (`container::kill`, SIGKILL, never a polite stop)
+    /// Attacks session/mod.rs `run`'s cancel path (`Engine::kill`, SIGKILL, never a polite stop)
     /// with a worker that ignores SIGTERM and SIGINT, when the person stops golem-orch with
     /// SIGTERM. session.rs covers the timeout path and Ctrl-C with a sleeping worker.
     fn a_worker_ignoring_sigterm_is_still_stopped_when_the_person_cancels(g) {
@@ -864,7 +864,7 @@ fn credential_env(fh: &std::path::Path, agent: &std::path::Path) -> Vec<(&'stati
 
 attack! {
     /// Attacks plan.rs `build` (the environment is exactly the policy's `env.set` plus
-    /// `env.pass`, empty in every shipped policy) and container.rs `worker_body` (`env` from the
+    /// `env.pass`, empty in every shipped policy) and engine/docker.rs `worker_body` (`env` from the
     /// plan only): golem-orch runs with cloud keys, tokens, an ssh agent socket, a git askpass
     /// helper, Docker settings and a HOME full of credentials; none of it is visible inside.
     fn the_hosts_environment_and_credentials_do_not_leak_in(g)
@@ -925,7 +925,7 @@ attack! {
 
 /// Attacks the state directory's isolation: plan.rs `build` never binds the state directory,
 /// and when it lies inside a repository that `full` mounts read-write, masks it with an empty
-/// read-only tmpfs (`masks`, container.rs `worker_body`). A `full` worker tries to write into
+/// read-only tmpfs (`masks`, engine/docker.rs `worker_body`). A `full` worker tries to write into
 /// a second session's stage while that session is half-way through staging (`.tmp-<id>`), into
 /// an earlier staged commit, to forge a new one, and through the host's absolute paths; a
 /// `session` worker tries to climb out of /workspace. All fail, and both stages are unchanged.

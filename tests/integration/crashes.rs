@@ -278,7 +278,7 @@ fn assert_one_line_failure(what: &str, out: &std::process::Output, needle: &str)
     );
 }
 
-/// Attacks engine.rs `connect` and the CLI's one-line errors: with the engine unreachable, every
+/// Attacks engine/mod.rs `connect` and the CLI's one-line errors: with the engine unreachable, every
 /// command that needs it fails at once with one line that says what to check, creates no
 /// session, and leaves what was staged before untouched. (The real daemon is shared, so "down"
 /// is an address where nothing listens, never a stopped daemon.)
@@ -420,7 +420,7 @@ fn engine_socket() -> PathBuf {
     }
 }
 
-/// Attacks session.rs `steps` and container.rs `wait_exit` (a wait that ends without a verdict
+/// Attacks `Session::steps` (session/mod.rs) and container.rs `finished` (a wait that ends without a verdict
 /// is an error, never an exit) when the engine goes away while a worker runs: the session fails
 /// with one clear line, the commit staged just before is intact, and once the engine is back
 /// `gc` removes what the failed session could not.
@@ -531,7 +531,7 @@ impl Drop for SmallDisk {
 }
 
 /// Attacks stage.rs `Stage::begin`/`Building` (built in `.tmp-<id>`, removed when dropped,
-/// renamed only when complete) and extract.rs's host-side I/O errors: the state directory is on
+/// renamed only when complete) and extract's host-side I/O errors: the state directory is on
 /// a 2 MiB disk and the worker writes a 3 MB file, within the shipped policy. The session fails
 /// with one clear line naming the full disk, no partial stage is left, the earlier commit is
 /// intact and the engine is clean.
@@ -720,7 +720,7 @@ fn an_engine_that_goes_away_mid_batch_fails_the_rest_and_loses_nothing_staged() 
     g.assert_clean();
 }
 
-/// Attacks session.rs `stream` and `Validator::finish` (a stream that ends before the archive
+/// Attacks session/stream.rs `stream` and `Validator::finish` (a stream that ends before the archive
 /// does is the host's failure, `ArchiveCut`): the container is killed from outside while its
 /// init streams an 8 MB output (the session held at `GOLEM_FAILPOINT=extracting:until=PATH`
 /// until the kill is done, so the engine holds the rest). The worker cannot cut the init's

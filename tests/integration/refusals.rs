@@ -113,7 +113,7 @@ fn assert_nothing_lost_silently(g: &Golem, run: &Run, written: &[&str]) {
     );
 }
 
-/// Attacks session.rs `stream` (the kill of a refused archive): 257 small files (one over the
+/// Attacks session/stream.rs `stream` (the kill of a refused archive): 257 small files (one over the
 /// shipped cap) and then 30 MB more. The host refuses the archive at the 257th file while the
 /// init still has 30 MB to send; on engine 20.10 `docker kill` returns only once the attach
 /// streams are drained, so a host that stopped reading stalled the kill for the client's
