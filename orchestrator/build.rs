@@ -14,12 +14,14 @@ use std::process::Command;
 
 const TARGET: &str = "x86_64-unknown-linux-gnu";
 
-fn main() {
-    let manifest_dir =
-        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+/// A failed build script prints its error and fails the build, which is all it can do.
+type BuildResult = Result<(), Box<dyn std::error::Error>>;
+
+fn main() -> BuildResult {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let workspace = manifest_dir
         .parent()
-        .expect("orchestrator/ lives in the workspace")
+        .ok_or("orchestrator/ is not inside the workspace")?
         .to_path_buf();
     let worker_dir = workspace.join("worker-image");
     println!(
@@ -44,7 +46,7 @@ fn main() {
     // Packagers may supply a prebuilt static worker instead.
     if let Ok(prebuilt) = env::var("GOLEM_WORKER_BIN") {
         println!("cargo:rustc-env=GOLEM_WORKER_BIN_PATH={prebuilt}");
-        return;
+        return Ok(());
     }
 
     let target_dir = env::var_os("CARGO_TARGET_DIR")
@@ -92,13 +94,15 @@ fn main() {
     cmd.env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+crt-static");
     let output = cmd
         .output()
-        .expect("run cargo to build the static golem-worker");
+        .map_err(|e| format!("running cargo to build the static golem-worker: {e}"))?;
     if !output.status.success() {
-        panic!(
+        return Err(format!(
             "building the static golem-worker failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
-        );
+        )
+        .into());
     }
     let binary = target_dir.join(TARGET).join("release").join("golem-worker");
     println!("cargo:rustc-env=GOLEM_WORKER_BIN_PATH={}", binary.display());
+    Ok(())
 }

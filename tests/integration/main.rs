@@ -3,6 +3,10 @@
 //! Every test drives the real binary with its own project and state directory and ends by
 //! checking that no container or volume of its own is left in the engine.
 
+// Test code: a panic is the failure report, so the workspace's unwrap/expect lints apply as in
+// any other test (clippy.toml allows both in tests).
+#![cfg(test)]
+
 mod attacks;
 mod bad_input;
 mod batch;

@@ -19,7 +19,7 @@ const EVIL: &str =
 
 /// Fails the test if `bytes` (what a command printed) holds a dangerous character, naming it and
 /// where it is, or is not UTF-8 at all (a lone C1 byte is a command to some terminals).
-pub fn assert_inert(what: &str, bytes: &[u8]) {
+pub(crate) fn assert_inert(what: &str, bytes: &[u8]) {
     let text = std::str::from_utf8(bytes).unwrap_or_else(|e| {
         panic!(
             "{what}: output is not UTF-8 ({e}): {:?}",

@@ -83,7 +83,7 @@ State lives in ./.golem (or --home / GOLEM_HOME). Nothing is ever pulled from a 
 /// Run untrusted content in a locked Docker container and clear its output through a reviewable stage.
 #[derive(Debug, Parser)]
 #[command(name = "golem-orch", version, about, after_help = AFTER_HELP)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// State directory (default: ./.golem).
     #[arg(long, global = true, env = "GOLEM_HOME", value_name = "DIR")]
     home: Option<PathBuf>,
@@ -95,7 +95,7 @@ pub struct Cli {
 }
 
 /// Parses arguments, runs the command and turns errors into one line and an exit code.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     // A panic's message may quote hostile text: it goes through the gate like everything else.
     std::panic::set_hook(Box::new(|info| {
         errln!("golem-orch: internal error: {}", line(&info.to_string()));

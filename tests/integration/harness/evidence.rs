@@ -11,19 +11,19 @@ use sha2::{Digest, Sha256};
 use super::{run::Run, Golem};
 
 /// The shipped untrusted policy (policies/untrusted.yaml), which these tests do not narrow.
-pub fn untrusted() -> golem_orch::policy::Policy {
+pub(crate) fn untrusted() -> golem_orch::policy::Policy {
     golem_orch::policy::load(golem_orch::policy::TrustLevel::Untrusted, None, None)
         .expect("shipped policy")
         .policy
 }
 
 /// A staged file of a session, parsed as JSON (the hostile worker's evidence).
-pub fn staged_json(g: &Golem, run: &Run, name: &str) -> Value {
+pub(crate) fn staged_json(g: &Golem, run: &Run, name: &str) -> Value {
     staged_json_in(&g.home, run, name)
 }
 
 /// [`staged_json`] for a session run with another state directory, `home`.
-pub fn staged_json_in(home: &Path, run: &Run, name: &str) -> Value {
+pub(crate) fn staged_json_in(home: &Path, run: &Run, name: &str) -> Value {
     let path = home
         .join("staged")
         .join(run.staged())
@@ -36,7 +36,7 @@ pub fn staged_json_in(home: &Path, run: &Run, name: &str) -> Value {
 
 /// The last JSON line the worker printed whose `mode` is `mode` (file-making modes and bombs
 /// report their steps this way), from the session's captured logs.
-pub fn worker_report(home: &Path, session: &str, mode: &str) -> Value {
+pub(crate) fn worker_report(home: &Path, session: &str, mode: &str) -> Value {
     let logs = std::fs::read_to_string(home.join("sessions").join(session).join("logs.txt"))
         .unwrap_or_else(|e| panic!("logs of {session}: {e}"));
     logs.lines()
@@ -47,7 +47,7 @@ pub fn worker_report(home: &Path, session: &str, mode: &str) -> Value {
 }
 
 /// Every audit record of one session.
-pub fn audit_of(g: &Golem, session: &str) -> Vec<Value> {
+pub(crate) fn audit_of(g: &Golem, session: &str) -> Vec<Value> {
     g.audit()
         .into_iter()
         .filter(|r| r["session"] == session)
@@ -55,7 +55,7 @@ pub fn audit_of(g: &Golem, session: &str) -> Vec<Value> {
 }
 
 /// `(path, reason)` of every `entry.rejected` audit record of a session.
-pub fn audited_rejections(g: &Golem, session: &str) -> Vec<(String, String)> {
+pub(crate) fn audited_rejections(g: &Golem, session: &str) -> Vec<(String, String)> {
     audit_of(g, session)
         .into_iter()
         .filter(|r| r["event"] == "entry.rejected")
@@ -69,7 +69,7 @@ pub fn audited_rejections(g: &Golem, session: &str) -> Vec<(String, String)> {
 }
 
 /// The plan the session ran with, as audited.
-pub fn audited_plan(g: &Golem, session: &str) -> Value {
+pub(crate) fn audited_plan(g: &Golem, session: &str) -> Value {
     audit_of(g, session)
         .into_iter()
         .find(|r| r["event"] == "session.plan")
@@ -78,12 +78,12 @@ pub fn audited_plan(g: &Golem, session: &str) -> Value {
 }
 
 /// The SHA-256 of a file's content, hex.
-pub fn sha256_file(path: &Path) -> String {
+pub(crate) fn sha256_file(path: &Path) -> String {
     hex::encode(Sha256::digest(std::fs::read(path).expect("read")))
 }
 
 /// Every entry under `dir` (not following links): kind, mode and content hash.
-pub fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
+pub(crate) fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -116,7 +116,7 @@ const ESCAPE_MARKERS: [&str; 5] = ["/pwned", "/escaped", "/x", "/hostile-exec", 
 
 /// What the host looked like before an attack: the project directory (inputs included) and
 /// the escape markers.
-pub struct HostWitness {
+pub(crate) struct HostWitness {
     project: PathBuf,
     before: BTreeMap<PathBuf, String>,
     markers: Vec<(&'static str, bool)>,
@@ -124,7 +124,7 @@ pub struct HostWitness {
 
 impl HostWitness {
     /// Takes the picture.
-    pub fn take(g: &Golem) -> HostWitness {
+    pub(crate) fn take(g: &Golem) -> HostWitness {
         HostWitness {
             project: g.project.path().to_path_buf(),
             before: tree(g.project.path()),
@@ -136,7 +136,7 @@ impl HostWitness {
     }
 
     /// Asserts nothing of it changed.
-    pub fn assert_unchanged(&self) {
+    pub(crate) fn assert_unchanged(&self) {
         assert_eq!(
             tree(&self.project),
             self.before,
@@ -153,7 +153,7 @@ impl HostWitness {
 }
 
 /// The half-built staged commits (`staged/.tmp-*`) in a state directory.
-pub fn half_stages(home: &Path) -> Vec<String> {
+pub(crate) fn half_stages(home: &Path) -> Vec<String> {
     std::fs::read_dir(home.join("staged"))
         .map(|rd| {
             rd.flatten()
@@ -165,13 +165,13 @@ pub fn half_stages(home: &Path) -> Vec<String> {
 }
 
 /// Asserts that no half-built staged commit (`staged/.tmp-*`) is left in `home`.
-pub fn assert_no_half_stage(home: &Path) {
+pub(crate) fn assert_no_half_stage(home: &Path) {
     let left = half_stages(home);
     assert!(left.is_empty(), "half-built staged commits left: {left:?}");
 }
 
 /// A session's captured worker output (`logs.txt`), or "" when there is none.
-pub fn session_logs(home: &Path, session: &str) -> String {
+pub(crate) fn session_logs(home: &Path, session: &str) -> String {
     std::fs::read_to_string(home.join("sessions").join(session).join("logs.txt"))
         .unwrap_or_default()
 }
@@ -179,7 +179,7 @@ pub fn session_logs(home: &Path, session: &str) -> String {
 /// Asserts a staged commit holds exactly its manifest's files, all regular 0644 files (dirs
 /// 0755) within the given caps, nothing else: no links, devices, FIFOs, sockets or set-id bits.
 /// Returns the staged paths.
-pub fn assert_stage_allowed(
+pub(crate) fn assert_stage_allowed(
     home: &Path,
     staged: &str,
     max_files: u64,
@@ -231,7 +231,7 @@ pub fn assert_stage_allowed(
 }
 
 /// The untrusted policy's caps, for [`assert_stage_allowed`].
-pub fn assert_untrusted_stage(g: &Golem, staged: &str) -> Vec<String> {
+pub(crate) fn assert_untrusted_stage(g: &Golem, staged: &str) -> Vec<String> {
     let out = untrusted().output;
     assert_stage_allowed(
         &g.home,

@@ -7,17 +7,17 @@ use std::process::Command;
 use super::{stderr_text, Golem};
 
 /// A `.gitignore` that keeps the project's `.golem/` directory out of commits.
-pub const IGNORE_GOLEM: (&str, &str) = (".gitignore", ".golem/\n");
+pub(crate) const IGNORE_GOLEM: (&str, &str) = (".gitignore", ".golem/\n");
 
 impl Golem {
     /// Makes the project a git repository with no commit (enough for levels that mount it).
-    pub fn git_init(&self) {
+    pub(crate) fn git_init(&self) {
         git(self.project.path(), &["init", "-q"]);
     }
 
     /// Makes the project a git repository with one commit, "initial", holding `files`; `config`
     /// are extra `-c` settings for every git call.
-    pub fn git_repo(&self, config: &[&str], files: &[(&str, &str)]) {
+    pub(crate) fn git_repo(&self, config: &[&str], files: &[(&str, &str)]) {
         let dir = self.project.path();
         git_with(dir, config, &["init", "-q"]);
         for (name, content) in files {
@@ -28,12 +28,12 @@ impl Golem {
     }
 
     /// Runs git in the project directory and returns trimmed stdout; panics on failure.
-    pub fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         git(self.project.path(), args)
     }
 
     /// Whether the project's repository has the ref `name` (`git rev-parse --verify`).
-    pub fn has_ref(&self, name: &str) -> bool {
+    pub(crate) fn has_ref(&self, name: &str) -> bool {
         let out = Command::new("git")
             .current_dir(self.project.path())
             .args(["rev-parse", "--verify", "-q", name])
@@ -44,7 +44,7 @@ impl Golem {
 
     /// Commits `files` (written into the project) on `branch`, created from the current HEAD,
     /// then checks out `back` again; returns the new tip.
-    pub fn commit_on_branch(
+    pub(crate) fn commit_on_branch(
         &self,
         branch: &str,
         back: &str,
@@ -65,12 +65,12 @@ impl Golem {
 }
 
 /// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
-pub fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     git_with(dir, &[], args)
 }
 
 /// [`git`] with extra `-c` settings after the fixed identity.
-pub fn git_with(dir: &Path, config: &[&str], args: &[&str]) -> String {
+pub(crate) fn git_with(dir: &Path, config: &[&str], args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
         .args([

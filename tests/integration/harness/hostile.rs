@@ -10,17 +10,17 @@ use super::{run::Run, stderr_text, Golem};
 /// The repository of the image built from `tests/hostile-worker`, used to attack the sandbox.
 /// Its tag is the binary's content hash, so checkouts testing different hostile workers on one
 /// engine never replace each other's image.
-pub const HOSTILE_REPOSITORY: &str = "golem-hostile";
+pub(crate) const HOSTILE_REPOSITORY: &str = "golem-hostile";
 
 /// `golem-orch run --json [extra] --image <hostile image> -- MODE...`, with a hang guard: the
 /// shorthand for `g.run().flags(extra).hostile(mode).outcome()`.
-pub fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> Run {
+pub(crate) fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> Run {
     g.run().flags(extra).hostile(mode).outcome()
 }
 
 /// Builds `tests/hostile-worker` statically and wraps it in a scratch image, once per test
 /// binary; returns its tag.
-pub fn hostile_image() -> &'static str {
+pub(crate) fn hostile_image() -> &'static str {
     static TAG: OnceLock<String> = OnceLock::new();
     TAG.get_or_init(|| {
         let binary = build_static_hostile_worker();
@@ -79,7 +79,7 @@ fn build_static_hostile_worker() -> Vec<u8> {
 
 /// Builds the image `tag` from the Dockerfile in `context` with the classic builder, which uses
 /// a local `FROM` image (such as [`hostile_image`]) without trying to pull it; panics on failure.
-pub fn docker_build(tag: &str, context: &Path) {
+pub(crate) fn docker_build(tag: &str, context: &Path) {
     let out = Command::new("docker")
         .args(["build", "-q", "-t", tag])
         .arg(context)

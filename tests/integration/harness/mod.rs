@@ -23,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub use evidence::{
+pub(crate) use evidence::{
     assert_no_half_stage, assert_untrusted_stage, audit_of, audited_plan, audited_rejections,
     half_stages, session_logs, sha256_file, staged_json, staged_json_in, tree, untrusted,
     worker_report, HostWitness,
 };
-pub use git::{git, git_with, IGNORE_GOLEM};
-pub use hostile::{docker_build, hostile, hostile_image};
-pub use run::{parse_run, run_bounded, Run, RunBuilder, Status, HANG_GUARD};
-pub use spawn::{wait_for_stderr_line, ChildGuard, LabelGuard};
+pub(crate) use git::{git, git_with, IGNORE_GOLEM};
+pub(crate) use hostile::{docker_build, hostile, hostile_image};
+pub(crate) use run::{parse_run, run_bounded, Run, RunBuilder, Status, HANG_GUARD};
+pub(crate) use spawn::{wait_for_stderr_line, ChildGuard, LabelGuard};
 
 /// The skeleton every attack story shares, so a story holds only its attack and its checks:
 /// a fresh [`Golem`] named by the given identifier, a [`HostWitness`] taken after the optional
@@ -58,17 +58,17 @@ macro_rules! attack {
 pub(crate) use attack;
 
 /// One isolated user of golem-orch: a project directory and a state directory.
-pub struct Golem {
+pub(crate) struct Golem {
     /// The project directory commands run in.
-    pub project: tempfile::TempDir,
+    pub(crate) project: tempfile::TempDir,
     /// The state directory (`--home`), canonical so it matches the label golem-orch writes.
-    pub home: PathBuf,
+    pub(crate) home: PathBuf,
     _home_dir: tempfile::TempDir,
 }
 
 impl Golem {
     /// A fresh project and state directory; makes sure the worker image exists first.
-    pub fn new() -> Golem {
+    pub(crate) fn new() -> Golem {
         worker_image();
         let project = tempfile::tempdir().expect("project dir");
         let home_dir = tempfile::tempdir().expect("home dir");
@@ -81,7 +81,7 @@ impl Golem {
     }
 
     /// A `golem-orch` command in the project directory with this state directory and a clean environment.
-    pub fn cmd<I, S>(&self, args: I) -> Command
+    pub(crate) fn cmd<I, S>(&self, args: I) -> Command
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -97,7 +97,7 @@ impl Golem {
     }
 
     /// Runs a command to completion.
-    pub fn output<I, S>(&self, args: I) -> Output
+    pub(crate) fn output<I, S>(&self, args: I) -> Output
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -106,7 +106,7 @@ impl Golem {
     }
 
     /// Runs a command that must print one JSON value; returns it with the exit code.
-    pub fn json<I, S>(&self, args: I) -> (Value, i32)
+    pub(crate) fn json<I, S>(&self, args: I) -> (Value, i32)
     where
         I: IntoIterator<Item = S>,
         S: AsRef<std::ffi::OsStr>,
@@ -123,7 +123,7 @@ impl Golem {
     }
 
     /// Writes a file into the project directory and returns its path.
-    pub fn file(&self, name: &str, content: impl AsRef<[u8]>) -> PathBuf {
+    pub(crate) fn file(&self, name: &str, content: impl AsRef<[u8]>) -> PathBuf {
         let path = self.project.path().join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).expect("mkdir");
@@ -133,38 +133,38 @@ impl Golem {
     }
 
     /// The directory holding a staged commit's files.
-    pub fn staged_files(&self, staged: &str) -> PathBuf {
+    pub(crate) fn staged_files(&self, staged: &str) -> PathBuf {
         self.home.join("staged").join(staged).join("files")
     }
 
     /// Every audit record, parsed.
-    pub fn audit(&self) -> Vec<Value> {
+    pub(crate) fn audit(&self) -> Vec<Value> {
         let (v, code) = self.json(["audit", "--json"]);
         assert_eq!(code, 0);
         v.as_array().cloned().unwrap_or_default()
     }
 
     /// The session records `sessions --json` lists.
-    pub fn sessions(&self) -> Vec<Value> {
+    pub(crate) fn sessions(&self) -> Vec<Value> {
         let (v, code) = self.json(["sessions", "--json"]);
         assert_eq!(code, 0, "{v}");
         v.as_array().cloned().unwrap_or_default()
     }
 
     /// The staged commits `staged --json` lists.
-    pub fn staged(&self) -> Vec<Value> {
+    pub(crate) fn staged(&self) -> Vec<Value> {
         let (v, code) = self.json(["staged", "--json"]);
         assert_eq!(code, 0, "{v}");
         v.as_array().cloned().unwrap_or_default()
     }
 
     /// Whether `audit --verify` finds the hash chain intact.
-    pub fn audit_verifies(&self) -> bool {
+    pub(crate) fn audit_verifies(&self) -> bool {
         self.audit_verifies_in(&self.home)
     }
 
     /// Whether `audit --verify` finds the hash chain of the state directory `home` intact.
-    pub fn audit_verifies_in(&self, home: &Path) -> bool {
+    pub(crate) fn audit_verifies_in(&self, home: &Path) -> bool {
         self.command(["audit", "--verify"])
             .home(home)
             .output()
@@ -173,12 +173,12 @@ impl Golem {
     }
 
     /// What of this state directory is still in the engine (see [`engine_resources`]).
-    pub fn leftovers(&self) -> Vec<String> {
+    pub(crate) fn leftovers(&self) -> Vec<String> {
         engine_resources(&self.home)
     }
 
     /// Worker containers of this test running right now, as the engine sees them.
-    pub fn running_workers(&self) -> usize {
+    pub(crate) fn running_workers(&self) -> usize {
         let label = format!("label=golem.home={}", self.home.display());
         docker_lines(&[
             "ps",
@@ -192,7 +192,7 @@ impl Golem {
     }
 
     /// Asserts the engine holds nothing of this test.
-    pub fn assert_clean(&self) {
+    pub(crate) fn assert_clean(&self) {
         let left = self.leftovers();
         assert!(
             left.is_empty(),
@@ -211,7 +211,7 @@ impl Drop for Golem {
 /// Containers and volumes labelled with the state directory `home`: sessions' containers and
 /// the `/workspace` overlay volume, which the last session of a project using it removes. (The
 /// output is a tmpfs, never a volume.)
-pub fn engine_resources(home: &Path) -> Vec<String> {
+pub(crate) fn engine_resources(home: &Path) -> Vec<String> {
     let label = format!("label=golem.home={}", home.display());
     let mut found = docker_lines(&["ps", "-aq", "--filter", &label]);
     found.extend(docker_lines(&["volume", "ls", "-q", "--filter", &label]));
@@ -219,7 +219,7 @@ pub fn engine_resources(home: &Path) -> Vec<String> {
 }
 
 /// Force-removes everything labelled with `home` (cleanup after a failing test).
-pub fn remove_engine_resources(home: &Path) {
+pub(crate) fn remove_engine_resources(home: &Path) {
     let label = format!("label=golem.home={}", home.display());
     for id in docker_lines(&["ps", "-aq", "--filter", &label]) {
         let _ = Command::new("docker").args(["rm", "-fv", &id]).output();
@@ -232,7 +232,7 @@ pub fn remove_engine_resources(home: &Path) {
 }
 
 /// Runs the docker CLI and returns its non-empty output lines.
-pub fn docker_lines(args: &[&str]) -> Vec<String> {
+pub(crate) fn docker_lines(args: &[&str]) -> Vec<String> {
     let out = Command::new("docker")
         .args(args)
         .output()
@@ -246,7 +246,7 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
 }
 
 /// Builds the worker image once per test binary, so parallel tests do not all build it.
-pub fn worker_image() {
+pub(crate) fn worker_image() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         let out = Command::new(env!("CARGO_BIN_EXE_golem-orch"))
@@ -262,7 +262,7 @@ pub fn worker_image() {
 }
 
 /// Polls until `f` returns true or the deadline passes (for waiting on the engine, never for timing).
-pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         if f() {
@@ -275,7 +275,7 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// Runs `chmod ARGS PATH`; fails the test if it fails (stories that take the host's file modes
 /// out of the way, so that only golem-orch's mounts stand between a worker and a path).
-pub fn chmod(args: &[&str], path: &Path) {
+pub(crate) fn chmod(args: &[&str], path: &Path) {
     let status = Command::new("chmod")
         .args(args)
         .arg(path)
@@ -285,6 +285,6 @@ pub fn chmod(args: &[&str], path: &Path) {
 }
 
 /// Everything a finished command wrote to stderr, as text.
-pub fn stderr_text(out: &Output) -> String {
+pub(crate) fn stderr_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

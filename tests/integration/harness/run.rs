@@ -14,12 +14,12 @@ use super::{hostile::hostile_image, Golem};
 
 /// Longest a session of these tests may take before the test gives up on it: a hang guard (a
 /// removed timeout would otherwise hang the suite), not a timing assertion.
-pub const HANG_GUARD: Duration = Duration::from_secs(300);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(300);
 
 /// A session's final status, the word `run --json` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     /// Its output is in the stage.
     Staged,
     /// Something failed; see `error`.
@@ -36,7 +36,7 @@ pub enum Status {
 
 impl Status {
     /// The exit code `run` gives for this status when the worker itself exited 0.
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Status::Staged => 0,
             Status::Failed => 1,
@@ -71,64 +71,64 @@ struct Report {
 }
 
 /// What one `golem-orch run --json` printed and returned.
-pub struct Run {
+pub(crate) struct Run {
     /// The JSON object on stdout, whole.
-    pub json: Value,
+    pub(crate) json: Value,
     /// The exit code.
-    pub code: i32,
+    pub(crate) code: i32,
     /// Everything on stderr.
-    pub stderr: String,
+    pub(crate) stderr: String,
     /// The final status.
-    pub status: Status,
+    pub(crate) status: Status,
     /// The worker's own exit code, when it exited.
-    pub exit_code: Option<i64>,
+    pub(crate) exit_code: Option<i64>,
     /// The staged commit's id, when one was made.
-    pub staged_id: Option<String>,
+    pub(crate) staged_id: Option<String>,
     /// Killed at the timeout.
-    pub timed_out: bool,
+    pub(crate) timed_out: bool,
     /// Killed for memory.
-    pub oom_killed: bool,
+    pub(crate) oom_killed: bool,
     /// Files staged.
-    pub files: u64,
+    pub(crate) files: u64,
     /// Bytes staged.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Entries refused.
-    pub rejected: u64,
+    pub(crate) rejected: u64,
     /// What went wrong, when something did.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Failed for a reason outside the document (engine, host), not the worker's.
-    pub host_failure: bool,
+    pub(crate) host_failure: bool,
     session_id: Option<String>,
 }
 
 impl Run {
     /// The session id.
-    pub fn session(&self) -> String {
+    pub(crate) fn session(&self) -> String {
         self.session_id
             .clone()
             .unwrap_or_else(|| panic!("no session in {}", self.json))
     }
 
     /// The staged commit id; panics when nothing was staged.
-    pub fn staged(&self) -> String {
+    pub(crate) fn staged(&self) -> String {
         self.staged_id
             .clone()
             .unwrap_or_else(|| panic!("nothing staged: {} {}", self.json, self.stderr))
     }
 
     /// The error text, or "" when there is none.
-    pub fn error(&self) -> &str {
+    pub(crate) fn error(&self) -> &str {
         self.error.as_deref().unwrap_or("")
     }
 
     /// Asserts the status and the exit code that status gives (see [`Status::exit_code`]).
-    pub fn expect(self, status: Status) -> Run {
+    pub(crate) fn expect(self, status: Status) -> Run {
         self.expect_exit(status, status.exit_code())
     }
 
     /// Asserts the status and an explicit exit code (a staged session whose worker failed
     /// exits 3, for one).
-    pub fn expect_exit(self, status: Status, code: i32) -> Run {
+    pub(crate) fn expect_exit(self, status: Status, code: i32) -> Run {
         assert_eq!(
             (self.status, self.code),
             (status, code),
@@ -140,7 +140,7 @@ impl Run {
     }
 
     /// Asserts the status word and exit code golem-orch reported.
-    pub fn assert_status(&self, status: &str, code: i32) {
+    pub(crate) fn assert_status(&self, status: &str, code: i32) {
         assert_eq!(
             (self.json["status"].as_str(), self.code),
             (Some(status), code),
@@ -151,7 +151,7 @@ impl Run {
     }
 
     /// Asserts that stderr is exactly one `golem-orch:` line naming the session and its status.
-    pub fn assert_one_error_line(&self, status: &str) {
+    pub(crate) fn assert_one_error_line(&self, status: &str) {
         let lines: Vec<&str> = self.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "stderr is not one line: {:?}", self.stderr);
         let short = &self.session()[..12];
@@ -164,7 +164,7 @@ impl Run {
 }
 
 /// Parses a finished `run --json`; panics when stdout is not its report.
-pub fn parse_run(out: &Output) -> Run {
+pub(crate) fn parse_run(out: &Output) -> Run {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -193,7 +193,7 @@ pub fn parse_run(out: &Output) -> Run {
 }
 
 /// Runs a command to completion, killing it (and failing the test) if it outlives `limit`.
-pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+pub(crate) fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn golem-orch");
     let mut stdout = child.stdout.take().expect("stdout");
@@ -232,7 +232,7 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
 
 /// A `golem-orch run --json` (or another command, see [`Golem::command`]) being put together.
 #[must_use = "a run does nothing until `outcome`, `expect`, `output` or `Golem::spawn`"]
-pub struct RunBuilder<'g> {
+pub(crate) struct RunBuilder<'g> {
     g: &'g Golem,
     head: Vec<OsString>,
     flags: Vec<OsString>,
@@ -245,13 +245,13 @@ pub struct RunBuilder<'g> {
 
 impl Golem {
     /// Starts building `golem-orch run --json` in this project and state directory.
-    pub fn run(&self) -> RunBuilder<'_> {
+    pub(crate) fn run(&self) -> RunBuilder<'_> {
         self.command(["run", "--json"])
     }
 
     /// Starts building any golem-orch command (`batch --json`, ...), to add environment to or
     /// to [`Golem::spawn`].
-    pub fn command<I, S>(&self, head: I) -> RunBuilder<'_>
+    pub(crate) fn command<I, S>(&self, head: I) -> RunBuilder<'_>
     where
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
@@ -271,7 +271,7 @@ impl Golem {
 
 impl<'g> RunBuilder<'g> {
     /// Adds flags or inputs before `--` (`--timeout 2s`, `--keep`, an input path).
-    pub fn flags<I, S>(mut self, flags: I) -> Self
+    pub(crate) fn flags<I, S>(mut self, flags: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
@@ -281,23 +281,23 @@ impl<'g> RunBuilder<'g> {
     }
 
     /// Adds one input file or URL.
-    pub fn input(self, path: impl AsRef<Path>) -> Self {
+    pub(crate) fn input(self, path: impl AsRef<Path>) -> Self {
         self.flags([path.as_ref().as_os_str()])
     }
 
     /// Runs at this trust level (`untrusted`, `session`, `workspace`, `full`).
-    pub fn level(self, level: &str) -> Self {
+    pub(crate) fn level(self, level: &str) -> Self {
         self.flags([format!("--{level}")])
     }
 
     /// Runs this image (`--image`) instead of the default worker.
-    pub fn image(mut self, image: &str) -> Self {
+    pub(crate) fn image(mut self, image: &str) -> Self {
         self.image = Some(image.to_string());
         self
     }
 
     /// The arguments after `--`, which replace the image's command.
-    pub fn args<I, S>(mut self, args: I) -> Self
+    pub(crate) fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
@@ -307,7 +307,7 @@ impl<'g> RunBuilder<'g> {
     }
 
     /// Runs the hostile test image in `mode` (its arguments).
-    pub fn hostile<I, S>(self, mode: I) -> Self
+    pub(crate) fn hostile<I, S>(self, mode: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
@@ -316,13 +316,13 @@ impl<'g> RunBuilder<'g> {
     }
 
     /// Sets an environment variable for golem-orch.
-    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+    pub(crate) fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.push((key.into(), value.into()));
         self
     }
 
     /// Sets several environment variables for golem-orch.
-    pub fn envs<I, K, V>(mut self, vars: I) -> Self
+    pub(crate) fn envs<I, K, V>(mut self, vars: I) -> Self
     where
         I: IntoIterator<Item = (K, V)>,
         K: Into<OsString>,
@@ -334,29 +334,29 @@ impl<'g> RunBuilder<'g> {
     }
 
     /// Removes an environment variable golem-orch would otherwise inherit.
-    pub fn without_env(mut self, key: impl Into<OsString>) -> Self {
+    pub(crate) fn without_env(mut self, key: impl Into<OsString>) -> Self {
         self.unset.push(key.into());
         self
     }
 
     /// Runs in `dir` instead of the project directory.
-    pub fn in_dir(mut self, dir: impl AsRef<Path>) -> Self {
+    pub(crate) fn in_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.dir = Some(dir.as_ref().to_path_buf());
         self
     }
 
     /// Uses this state directory instead of the test's own (`GOLEM_HOME`).
-    pub fn home(self, home: impl AsRef<Path>) -> Self {
+    pub(crate) fn home(self, home: impl AsRef<Path>) -> Self {
         self.env("GOLEM_HOME", home.as_ref().as_os_str())
     }
 
     /// Stops golem-orch at a failpoint (`GOLEM_FAILPOINT`).
-    pub fn failpoint(self, point: impl Into<OsString>) -> Self {
+    pub(crate) fn failpoint(self, point: impl Into<OsString>) -> Self {
         self.env("GOLEM_FAILPOINT", point)
     }
 
     /// Talks to the engine at this address (`DOCKER_HOST`).
-    pub fn docker_host(self, host: impl Into<OsString>) -> Self {
+    pub(crate) fn docker_host(self, host: impl Into<OsString>) -> Self {
         self.env("DOCKER_HOST", host)
     }
 
@@ -386,17 +386,17 @@ impl<'g> RunBuilder<'g> {
     }
 
     /// Runs it to completion under the [`HANG_GUARD`] and returns what it printed, raw.
-    pub fn output(self) -> Output {
+    pub(crate) fn output(self) -> Output {
         run_bounded(self.build().1, HANG_GUARD)
     }
 
     /// Runs it to completion under the [`HANG_GUARD`] and parses its report.
-    pub fn outcome(self) -> Run {
+    pub(crate) fn outcome(self) -> Run {
         parse_run(&self.output())
     }
 
     /// Runs it and asserts the status and the exit code that status gives.
-    pub fn expect(self, status: Status) -> Run {
+    pub(crate) fn expect(self, status: Status) -> Run {
         self.outcome().expect(status)
     }
 }

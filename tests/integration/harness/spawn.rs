@@ -17,11 +17,11 @@ use super::{remove_engine_resources, wait_until, Golem};
 const REACH: Duration = Duration::from_secs(120);
 
 /// Kills a golem-orch child when a test ends early, so a failing test leaves no orchestrator.
-pub struct ChildGuard(pub Option<Child>);
+pub(crate) struct ChildGuard(pub Option<Child>);
 
 impl ChildGuard {
     /// SIGKILLs the child now and reaps it.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.0.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -37,7 +37,7 @@ impl Drop for ChildGuard {
 
 /// Removes the engine objects labelled with a state directory the harness does not know about
 /// (one inside the project), whatever happens to the test.
-pub struct LabelGuard(pub PathBuf);
+pub(crate) struct LabelGuard(pub PathBuf);
 
 impl Drop for LabelGuard {
     fn drop(&mut self) {
@@ -89,7 +89,11 @@ fn await_line(rx: &Receiver<String>, line: &str, limit: Duration, seen: &mut Vec
 }
 
 /// Waits for `child`'s stderr to print `line`; returns the rest of stderr as a channel.
-pub fn wait_for_stderr_line(child: &mut Child, line: &str, limit: Duration) -> Receiver<String> {
+pub(crate) fn wait_for_stderr_line(
+    child: &mut Child,
+    line: &str,
+    limit: Duration,
+) -> Receiver<String> {
     let rx = read_lines(child.stderr.take().expect("piped stderr"));
     let mut seen = Vec::new();
     if !await_line(&rx, line, limit, &mut seen) {
@@ -100,7 +104,7 @@ pub fn wait_for_stderr_line(child: &mut Child, line: &str, limit: Duration) -> R
 
 /// A golem-orch running in the background, killed if the test ends before it does.
 #[must_use = "a spawned golem-orch is SIGKILLed when dropped"]
-pub struct Spawned<'g> {
+pub(crate) struct Spawned<'g> {
     g: &'g Golem,
     child: ChildGuard,
     stdout: Option<JoinHandle<Vec<u8>>>,
@@ -110,7 +114,7 @@ pub struct Spawned<'g> {
 
 impl Golem {
     /// Starts `run` in the background with its stdout and stderr captured.
-    pub fn spawn<'g>(&'g self, run: RunBuilder<'g>) -> Spawned<'g> {
+    pub(crate) fn spawn<'g>(&'g self, run: RunBuilder<'g>) -> Spawned<'g> {
         let (g, mut cmd) = run.build();
         Spawned::start(g, &mut cmd)
     }
@@ -140,7 +144,7 @@ impl<'g> Spawned<'g> {
     }
 
     /// Waits until `n` worker containers of this test run; panics if they never do.
-    pub fn wait_workers(self, n: usize) -> Self {
+    pub(crate) fn wait_workers(self, n: usize) -> Self {
         let g = self.g;
         self.wait_for(&format!("{n} running worker(s)"), || {
             g.running_workers() == n
@@ -148,12 +152,12 @@ impl<'g> Spawned<'g> {
     }
 
     /// Waits until golem-orch reports reaching the failpoint `point`; panics if it never does.
-    pub fn wait_failpoint(self, point: &str) -> Self {
+    pub(crate) fn wait_failpoint(self, point: &str) -> Self {
         self.wait_stderr(&format!("golem-orch: failpoint {point} reached"))
     }
 
     /// Waits until golem-orch prints exactly `line` on stderr; panics if it never does.
-    pub fn wait_stderr(mut self, line: &str) -> Self {
+    pub(crate) fn wait_stderr(mut self, line: &str) -> Self {
         if !await_line(&self.stderr, line, REACH, &mut self.seen) {
             panic!("golem-orch never printed {line:?}; stderr: {:?}", self.seen);
         }
@@ -161,13 +165,13 @@ impl<'g> Spawned<'g> {
     }
 
     /// Waits until `ready` holds (`what` names it in the failure); panics if it never does.
-    pub fn wait_for(self, what: &str, ready: impl FnMut() -> bool) -> Self {
+    pub(crate) fn wait_for(self, what: &str, ready: impl FnMut() -> bool) -> Self {
         assert!(wait_until(REACH, ready), "never reached: {what}");
         self
     }
 
     /// Sends `signal` to golem-orch (SIGINT is a person's Ctrl-C).
-    pub fn signal(self, signal: i32) -> Self {
+    pub(crate) fn signal(self, signal: i32) -> Self {
         let pid = self.child.0.as_ref().expect("running").id();
         let pid = i32::try_from(pid).expect("pid fits");
         // SAFETY: signalling our own child, which is not reaped yet.
@@ -177,12 +181,12 @@ impl<'g> Spawned<'g> {
     }
 
     /// SIGKILLs golem-orch now and reaps it: no handler runs, nothing is cleaned up.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill();
     }
 
     /// Waits for golem-orch to exit under the [`HANG_GUARD`] and returns what it printed.
-    pub fn output(mut self) -> Output {
+    pub(crate) fn output(mut self) -> Output {
         let mut child = self.child.0.take().expect("running");
         let start = Instant::now();
         let status: ExitStatus = loop {
@@ -224,7 +228,7 @@ impl<'g> Spawned<'g> {
     }
 
     /// Waits for golem-orch to exit under the [`HANG_GUARD`] and parses its `run --json` report.
-    pub fn finish(self) -> Run {
+    pub(crate) fn finish(self) -> Run {
         parse_run(&self.output())
     }
 }
