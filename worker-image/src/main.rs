@@ -432,6 +432,22 @@ mod tests {
         assert!(parse_agent(&mut args(&[]).into_iter(), bad_env).is_err());
     }
 
+    /// The shipped definition (`workers/agent.worker`, compiled into golem-orch) names this
+    /// binary's `agent` command, so the two cannot drift apart unnoticed.
+    #[test]
+    fn the_agent_worker_definition_runs_the_agent() {
+        let def = include_str!("../../workers/agent.worker");
+        for line in [
+            "\nname: agent\n",
+            "\nimage: golem-worker\n",
+            "\ncommand: [agent]\n",
+            "\ntrust: untrusted\n",
+        ] {
+            assert!(def.contains(line), "{line:?}");
+        }
+        assert!(matches!(parse(args(&["agent"])), Ok(Command::Agent(_))));
+    }
+
     /// What the host builds (golem-orch's plan uses `InitArgs::argv`) is what this binary runs.
     #[test]
     fn the_hosts_init_command_line_parses_to_the_same_values() {
