@@ -281,6 +281,27 @@ fn mkdir_at(dir: &File, name: &str) -> io::Result<()> {
     }
 }
 
+/// The host refuses output names that differ only in case (they collide on some file
+/// systems), so a second spelling is refused here, where the model can still pick another.
+fn refuse_case_clash(dir: &Path, name: &str, shown: &str) -> Result<(), ToolError> {
+    let lower = name.to_lowercase();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.filter_map(Result::ok) {
+        let other = e.file_name();
+        let other = other.to_string_lossy();
+        if other != name && other.to_lowercase() == lower {
+            return err(format!(
+                "{shown}: {} already exists under another spelling; names may not differ only \
+                 in case",
+                escape_path(e.file_name().as_os_str())
+            ));
+        }
+    }
+    Ok(())
+}
+
 const DIR_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY;
 
 impl Tools {
@@ -368,10 +389,11 @@ impl Tools {
         let mut dir = File::open(root).map_err(|e| os_err(&e, l.root.name()))?;
         let mut real = root.to_path_buf();
         for p in parts {
-            real.push(p);
             if create {
+                refuse_case_clash(&real, p, &shown)?;
                 mkdir_at(&dir, p).map_err(|e| os_err(&e, &shown))?;
             }
+            real.push(p);
             dir = open_at(&dir, p, DIR_FLAGS, 0).map_err(|e| {
                 // O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR; say what it really is.
                 let link = fs::symlink_metadata(&real).is_ok_and(|m| m.file_type().is_symlink());
@@ -617,6 +639,12 @@ impl Tools {
             return err("no file name");
         };
         let dir = self.open_dirs(&l, dirs, true)?;
+        let mut parent = self
+            .real_root(l.root)
+            .ok_or_else(|| ToolError("not available".into()))?
+            .to_path_buf();
+        parent.extend(dirs);
+        refuse_case_clash(&parent, name, &shown)?;
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NONBLOCK;
         let mut file = open_at(&dir, name, flags, 0o644).map_err(|e| os_err(&e, &shown))?;
         if !file.metadata().is_ok_and(|m| m.is_file()) {
@@ -785,6 +813,11 @@ mod tests {
         );
         let msg = t.write_file("/output/a\u{202e}b.md", "x").unwrap();
         assert!(msg.contains("/output/a_b.md"), "{msg}");
+        let e = t.write_file("/output/Notes/x.md", "x").unwrap_err();
+        assert!(e.0.contains("another spelling"), "{e}");
+        let e = t.write_file("/output/notes/SUMMARY.md", "x").unwrap_err();
+        assert!(e.0.contains("another spelling"), "{e}");
+        t.write_file("/output/notes/summary.md", "again").unwrap();
         let big = "x".repeat(WRITE_CAP + 1);
         assert!(t.write_file("/output/big", &big).is_err());
         // With a workspace, it is writable too.
