@@ -122,13 +122,17 @@ impl Client {
         }
         head.push_str("\r\n");
         let mut w = &stream;
-        w.write_all(head.as_bytes())?;
-        if let Some(b) = body {
-            w.write_all(b)?;
-        }
-        w.flush()?;
+        let sent = w
+            .write_all(head.as_bytes())
+            .and_then(|()| body.map_or(Ok(()), |b| w.write_all(b)))
+            .and_then(|()| w.flush());
         let timed = Timed { stream, deadline };
-        read_response(BufReader::new(timed), self.max_body)
+        match sent {
+            Ok(()) => read_response(BufReader::new(timed), self.max_body),
+            // A gateway refusing an oversize body may answer (413) and close before reading
+            // it all; its answer says more than the broken pipe does.
+            Err(e) => read_response(BufReader::new(timed), self.max_body).map_err(|_| e.into()),
+        }
     }
 }
 
@@ -327,6 +331,28 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    #[test]
+    fn an_early_refusal_is_read_even_when_the_body_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let refusal = b"HTTP/1.1 413 Too Large\r\nContent-Length: 2\r\n\r\n{}";
+            s.write_all(refusal).unwrap();
+            // Dropping the socket with unread data resets the connection.
+        });
+        let body = vec![b'x'; 8 << 20];
+        let r = Client::new(&path).post_json("/v1/messages", &body);
+        server.join().unwrap();
+        match r {
+            Ok(r) => assert_eq!(r.status, 413),
+            Err(e) => panic!("the refusal was lost: {e}"),
         }
     }
 
