@@ -159,6 +159,10 @@ fn setup() -> Setup {
     }
 }
 
+/// What the host puts into the container's environment as a fake key: the agent must never
+/// send it anywhere.
+const HONEYTOKEN: &str = "sk-ant-api03-HONEYTOKEN-do-not-send";
+
 fn run_agent(s: &Setup, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_golem-worker"))
         .arg("agent")
@@ -175,6 +179,8 @@ fn run_agent(s: &Setup, extra: &[&str]) -> Output {
         .args(extra)
         .env_remove("GOLEM_MODEL_SOCKET")
         .env_remove("GOLEM_AGENT_MAX_STEPS")
+        .env("ANTHROPIC_API_KEY", HONEYTOKEN)
+        .env("OPENAI_API_KEY", HONEYTOKEN)
         .output()
         .unwrap()
 }
@@ -285,6 +291,10 @@ fn read_write_answer(api: &str) {
         2,
         "listing and document"
     );
+    for req in &seen {
+        assert!(!req.head.contains("HONEYTOKEN") && !req.body.to_string().contains("HONEYTOKEN"));
+    }
+    assert!(!md.contains("HONEYTOKEN"));
     let third = seen[3].body.to_string();
     assert!(
         third.contains("wrote 34 bytes to /output/summary.md"),

@@ -349,7 +349,7 @@ fn parse_openai(v: &Value) -> Result<Reply, ProtocolError> {
         .get("message")
         .ok_or_else(|| ProtocolError("choice without a message".into()))?;
     let mut reply = Reply {
-        text: str_of(message, "content").to_string(),
+        text: openai_text(message.get("content").unwrap_or(&Value::Null)),
         stop_reason: str_of(choice, "finish_reason").to_string(),
         ..Reply::default()
     };
@@ -376,6 +376,21 @@ fn parse_openai(v: &Value) -> Result<Reply, ProtocolError> {
         });
     }
     Ok(reply)
+}
+
+/// A message's content: a string, or (as some compatible servers send it) an array of parts
+/// whose text parts are joined.
+fn openai_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter(|p| str_of(p, "type") == "text")
+            .map(|p| str_of(p, "text"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
 }
 
 /// The message of a gateway or provider error body (`{"error":{"message":..}}`,
@@ -523,6 +538,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.text, "Done.");
+        let parts = parse_reply(
+            Api::OpenAi,
+            br#"{"choices":[{"message":{"content":[{"type":"text","text":"a"},
+                {"type":"image_url"},{"type":"text","text":"b"}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(parts.text, "a\nb");
         for (api, bad) in [
             (Api::Anthropic, &b"not json"[..]),
             (Api::Anthropic, br#"{"content":"x"}"#),
