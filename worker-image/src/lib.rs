@@ -18,10 +18,15 @@
 //! characters are made visible and Markdown is neutralised. Only text and
 //! JSON are written; input bytes are never copied through.
 //!
+//! `agent` mode ([`agent`]) is an AI worker: it asks a model behind the host's gateway (a Unix
+//! socket, the container has no network) what to write, through a few tools confined to the
+//! container's own view.
+//!
 //! The same binary is also PID 1 of every worker container ([`init`]): it
 //! runs the worker, kills what the worker left behind and streams the output
 //! directory to the host as a tar archive on stdout.
 
+pub mod agent;
 pub mod detect;
 pub mod escape;
 pub mod extract;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use golem_protocol::init::Parsed;
+use golem_worker::agent::{self, AgentOptions};
 use golem_worker::init::{self, InitOptions, INIT_COMMAND};
 use golem_worker::sandbox::{self, Limits, CHILD_COMMAND};
 use golem_worker::{run, Mode, Options, EXIT_USAGE, VERSION};
@@ -17,6 +18,10 @@ const USAGE: &str = "\
 usage: golem-worker [report|text] [--input DIR] [--output DIR] [--task FILE]
                     [--per-input-timeout DURATION] [--per-input-memory SIZE]
                     [--jobs N] [--max-inputs N] [--max-output-bytes SIZE]
+       golem-worker agent [--input DIR] [--output DIR] [--task FILE]
+                    [--workspace DIR] [--socket PATH] [--max-steps N]
+                    [--max-tokens N] [--per-input-timeout DURATION]
+                    [--per-input-memory SIZE]
        golem-worker init [--pid1] [--deadline SECS] [--output DIR] -- PROGRAM [ARGS...]
        golem-worker version
        golem-worker --help
@@ -33,6 +38,17 @@ text     write <path>.txt with the extracted text of every input (at most
          Symbolic links and special files are listed, never followed or read.
          The first line of --task (default /task/instructions.md), if
          present, heads the index.
+agent    an AI worker: reads the task (--task, default
+         /task/instructions.md), surveys --input with the report's
+         extractors and warnings, and asks the model behind the host's
+         gateway (socket from --socket, else $GOLEM_MODEL_SOCKET, else
+         /run/golem/model.sock) what to do, running the tools it calls:
+         list_files, read_file (documents as text), write_file (only under
+         --output, and --workspace, default /workspace when writable) and
+         finish. Stops at the final answer, finish, --max-steps (else
+         $GOLEM_AGENT_MAX_STEPS, default 20) or the budget; writes
+         agent.md into --output. Exit 0: done; 1: stopped by the step
+         limit or the budget; 2: agent.md not written; 3: protocol error.
 init     be a worker container's PID 1: run PROGRAM (found through PATH)
          with stdin from /dev/null and its stdout and stderr on stderr; when
          it ends, kill every other process, write --output (default /output)
@@ -61,6 +77,7 @@ Exit 0: all inputs processed; 1: some input failed (it has an error entry);
 /// What the command line asked for.
 enum Command {
     Run(Options),
+    Agent(AgentOptions),
     Child(Mode, u64),
     Init(InitOptions),
     Version,
@@ -161,6 +178,69 @@ fn parse_run(mode: Mode, args: &mut impl Iterator<Item = OsString>) -> Result<Co
     Ok(Command::Run(opts))
 }
 
+/// `golem-worker agent`'s flags; the environment supplies the socket and the step limit when
+/// the flags do not (that is how the host configures a worker without changing its command).
+fn parse_agent(
+    args: &mut impl Iterator<Item = OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<Command, String> {
+    let mut opts = AgentOptions::default();
+    if let Some(socket) = env(agent::SOCKET_ENV).filter(|s| !s.is_empty()) {
+        opts.socket = PathBuf::from(socket);
+    }
+    let steps = |v: &str, name: &str| {
+        v.parse()
+            .ok()
+            .filter(|n| (1..=agent::MAX_MAX_STEPS).contains(n))
+            .ok_or_else(|| format!("{name}: expected 1 to {}, got {v:?}", agent::MAX_MAX_STEPS))
+    };
+    if let Some(v) = env(agent::MAX_STEPS_ENV) {
+        opts.max_steps = steps(&v.to_string_lossy(), agent::MAX_STEPS_ENV)?;
+    }
+    let mut workspace = None;
+    while let Some(flag) = args.next() {
+        let name = match flag.to_str() {
+            Some("--help" | "-h") => return Ok(Command::Help),
+            Some(f) => f.to_string(),
+            None => return Err(format!("unknown option {flag:?}")),
+        };
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{name:?} needs a value"))?;
+        let text = value.to_string_lossy().into_owned();
+        match name.as_str() {
+            "--input" => opts.roots.input = PathBuf::from(&value),
+            "--output" => opts.roots.output = PathBuf::from(&value),
+            "--task" => opts.task = PathBuf::from(&value),
+            "--workspace" => workspace = Some(PathBuf::from(&value)),
+            "--socket" => opts.socket = PathBuf::from(&value),
+            "--max-steps" => opts.max_steps = steps(&text, &name)?,
+            "--max-tokens" => {
+                opts.max_tokens = text
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1_000_000).contains(n))
+                    .ok_or_else(|| format!("{name}: expected 1 to 1000000, got {text:?}"))?;
+            }
+            "--per-input-timeout" => {
+                let d = parse_duration(&text)
+                    .ok_or_else(|| format!("{name}: expected a duration, got {text:?}"))?;
+                opts.limits.timeout = d;
+                opts.limits.cpu_seconds = Limits::cpu_for(d);
+            }
+            "--per-input-memory" => {
+                opts.limits.memory = parse_size(&text)
+                    .filter(|&m| (16 << 20..=64 << 30).contains(&m))
+                    .ok_or_else(|| format!("{name}: expected a size between 16m and 64g"))?;
+            }
+            _ => return Err(format!("unknown option {name:?}")),
+        }
+    }
+    let workspace = workspace.unwrap_or_else(|| PathBuf::from(agent::DEFAULT_WORKSPACE));
+    opts.roots.workspace = agent::writable_dir(&workspace).then_some(workspace);
+    Ok(Command::Agent(opts))
+}
+
 fn parse_child(args: &mut impl Iterator<Item = OsString>) -> Result<Command, String> {
     let mut mode = Mode::Report;
     let mut size = 0;
@@ -202,6 +282,7 @@ fn parse(args: Vec<OsString>) -> Result<Command, String> {
             match a.to_str() {
                 Some("report") => parse_run(Mode::Report, &mut args),
                 Some("text") => parse_run(Mode::Text, &mut args),
+                Some("agent") => parse_agent(&mut args, |k| std::env::var_os(k)),
                 Some(CHILD_COMMAND) => parse_child(&mut args),
                 Some(INIT_COMMAND) => parse_init(&mut args),
                 Some("--help" | "-h" | "help") => Ok(Command::Help),
@@ -219,6 +300,7 @@ fn parse(args: Vec<OsString>) -> Result<Command, String> {
 fn main() -> ExitCode {
     let code = match parse(std::env::args_os().skip(1).collect()) {
         Ok(Command::Run(opts)) => run(&opts),
+        Ok(Command::Agent(opts)) => agent::run(&opts),
         Ok(Command::Child(mode, size)) => sandbox::child_main(mode, size),
         Ok(Command::Init(opts)) => init::main(&opts),
         Ok(Command::Version) => {
@@ -300,6 +382,70 @@ mod tests {
             let result = parse(args(bad));
             assert!(result.is_err(), "{bad:?} should be bad usage");
         }
+    }
+
+    #[test]
+    fn agent_command_line_and_environment() {
+        let env = |k: &str| match k {
+            "GOLEM_MODEL_SOCKET" => Some(OsString::from("/run/x.sock")),
+            "GOLEM_AGENT_MAX_STEPS" => Some(OsString::from("7")),
+            _ => None,
+        };
+        let Ok(Command::Agent(o)) = parse_agent(&mut args(&[]).into_iter(), env) else {
+            panic!("agent with defaults");
+        };
+        assert_eq!(o.socket, PathBuf::from("/run/x.sock"));
+        assert_eq!(o.max_steps, 7);
+        assert_eq!(o.roots.input, PathBuf::from("/input"));
+        assert_eq!(o.task, PathBuf::from("/task/instructions.md"));
+        let tmp = tempfile::tempdir().unwrap();
+        let flags = args(&["--max-steps", "3", "--socket", "/s", "--output", "/o"]);
+        let mut flags = flags.into_iter().chain([
+            OsString::from("--workspace"),
+            tmp.path().as_os_str().to_owned(),
+        ]);
+        let Ok(Command::Agent(o)) = parse_agent(&mut flags, env) else {
+            panic!("agent with flags");
+        };
+        assert_eq!((o.max_steps, o.socket.to_str()), (3, Some("/s")));
+        assert_eq!(o.roots.output, PathBuf::from("/o"));
+        assert_eq!(o.roots.workspace.as_deref(), Some(tmp.path()));
+        let Ok(Command::Agent(o)) = parse(args(&["agent", "--workspace", "/nonexistent"])) else {
+            panic!("agent through parse");
+        };
+        assert_eq!(
+            o.roots.workspace, None,
+            "a missing workspace is not offered"
+        );
+        for bad in [
+            &["--max-steps", "0"][..],
+            &["--max-steps", "x"],
+            &["--bogus", "1"],
+            &["--input"],
+        ] {
+            assert!(
+                parse_agent(&mut args(bad).into_iter(), |_| None).is_err(),
+                "{bad:?}"
+            );
+        }
+        let bad_env = |k: &str| (k == "GOLEM_AGENT_MAX_STEPS").then(|| OsString::from("100000"));
+        assert!(parse_agent(&mut args(&[]).into_iter(), bad_env).is_err());
+    }
+
+    /// The shipped definition (`workers/agent.worker`, compiled into golem-orch) names this
+    /// binary's `agent` command, so the two cannot drift apart unnoticed.
+    #[test]
+    fn the_agent_worker_definition_runs_the_agent() {
+        let def = include_str!("../../workers/agent.worker");
+        for line in [
+            "\nname: agent\n",
+            "\nimage: golem-worker\n",
+            "\ncommand: [agent]\n",
+            "\ntrust: untrusted\n",
+        ] {
+            assert!(def.contains(line), "{line:?}");
+        }
+        assert!(matches!(parse(args(&["agent"])), Ok(Command::Agent(_))));
     }
 
     /// What the host builds (golem-orch's plan uses `InitArgs::argv`) is what this binary runs.
