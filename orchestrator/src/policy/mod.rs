@@ -20,7 +20,7 @@ mod model;
 mod narrow;
 
 pub use load::{find_project_file, load, Effective, PROJECT_FILE};
-pub(crate) use load::{locate, parse_yaml};
+pub(crate) use load::{locate, parse_yaml, read_owned_file};
 pub use model::{
     valid_model_name, ModelPolicy, HOST_MODEL, MAX_CONCURRENT_CEILING, MAX_REQUEST_BYTES_CEILING,
 };

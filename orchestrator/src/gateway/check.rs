@@ -1,0 +1,172 @@
+//! What the gateway refuses before anything is forwarded, and why.
+//!
+//! Each refusal is a typed reason with its HTTP status, answered as a JSON error in the shape
+//! both provider SDKs understand (`{"error": {"type", "message"}}`) and recorded like a
+//! forwarded request. The checks read only what the worker sent on this connection; the
+//! session's identity never comes from the request.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_LENGTH;
+use hyper::HeaderMap;
+use serde_json::{json, Value};
+
+use super::budget::Exhausted;
+use super::config::ModelApi;
+
+/// Why the gateway answered a request itself instead of forwarding it.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// CONNECT: the socket is not a tunnel to anywhere.
+    #[error("CONNECT is not served: the gateway is not a proxy")]
+    Connect,
+    /// `GET http://host/...`: a proxy-style target could name another host.
+    #[error("absolute-form request targets are not served: the gateway is not a proxy")]
+    AbsoluteForm,
+    /// Any other method or path.
+    #[error("only {0} is served here (and GET /golem/info)")]
+    NotServed(&'static str),
+    /// The body is larger than the policy's `max_request_bytes`.
+    #[error("the request body is larger than the session's limit of {0} bytes")]
+    TooLarge(u64),
+    /// The body could not be read or is not a JSON object.
+    #[error("the request body is not a JSON object: {0}")]
+    BadBody(String),
+    /// `model` is missing.
+    #[error("the request names no model; GET /golem/info lists the allowed ones")]
+    NoModel,
+    /// `model` is not in the session's allowlist.
+    #[error("model {0:?} is not allowed for this session")]
+    ModelNotAllowed(String),
+    /// `stream: true`; streaming is not supported yet.
+    #[error("streaming is not supported by the gateway; send stream: false")]
+    Stream,
+    /// `max_tokens` is missing or not a positive integer: without it nothing can be reserved.
+    #[error("the request must set max_tokens (a positive integer) so the budget can cover it")]
+    NoMaxTokens,
+    /// The body carries the session's honeytoken: the worker is sending its environment out.
+    #[error("the request carries a credential from the container's environment")]
+    Honeytoken,
+    /// The budget cannot cover the request.
+    #[error("{0}")]
+    Budget(Exhausted),
+    /// Too many requests in flight for too long.
+    #[error("too many model requests in flight for this session; try again later")]
+    Busy,
+}
+
+impl Refusal {
+    /// The status the worker gets.
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Connect | Refusal::NotServed(_) => 405,
+            Refusal::AbsoluteForm
+            | Refusal::BadBody(_)
+            | Refusal::NoModel
+            | Refusal::Stream
+            | Refusal::NoMaxTokens => 400,
+            Refusal::TooLarge(_) => 413,
+            Refusal::ModelNotAllowed(_) | Refusal::Honeytoken => 403,
+            Refusal::Budget(_) | Refusal::Busy => 429,
+        }
+    }
+
+    /// A short stable name for the audit log and the error body.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::Connect => "connect",
+            Refusal::AbsoluteForm => "absolute_form",
+            Refusal::NotServed(_) => "not_served",
+            Refusal::TooLarge(_) => "too_large",
+            Refusal::BadBody(_) => "bad_body",
+            Refusal::NoModel => "no_model",
+            Refusal::ModelNotAllowed(_) => "model_not_allowed",
+            Refusal::Stream => "stream",
+            Refusal::NoMaxTokens => "no_max_tokens",
+            Refusal::Honeytoken => "honeytoken",
+            Refusal::Budget(_) => "budget",
+            Refusal::Busy => "busy",
+        }
+    }
+}
+
+/// The JSON error body the worker gets for `kind` and `message`.
+pub fn error_body(kind: &str, message: &str) -> Bytes {
+    Bytes::from(json!({"type": "error", "error": {"type": kind, "message": message}}).to_string())
+}
+
+/// Reads the body, stopping as soon as it passes `max` bytes (a declared length over the cap
+/// is refused before a byte is read), so a worker cannot make the host buffer more.
+pub async fn read_body(headers: &HeaderMap, body: Incoming, max: u64) -> Result<Bytes, Refusal> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(Refusal::TooLarge(max));
+    }
+    let limit = usize::try_from(max).unwrap_or(usize::MAX);
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Refusal::TooLarge(max)),
+        Err(e) => Err(Refusal::BadBody(e.to_string())),
+    }
+}
+
+/// What the gateway needs from a checked request body.
+#[derive(Debug)]
+pub struct Checked {
+    /// The model asked for, already found in the allowlist.
+    pub model: String,
+    /// The output tokens to reserve.
+    pub max_tokens: u64,
+}
+
+/// The model a body names, if any, for the record even when the body is refused later.
+pub fn model_of(body: &Bytes) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    v.get("model")?.as_str().map(str::to_string)
+}
+
+/// Whether `body` carries `token`, as sent or with its characters JSON-escaped (`\u0073k-...`
+/// decodes to the same string, so the check runs on the parsed text too).
+pub fn carries(body: &Bytes, value: Option<&Value>, token: &str) -> bool {
+    let raw = body.windows(token.len()).any(|w| w == token.as_bytes());
+    raw || value.is_some_and(|v| v.to_string().contains(token))
+}
+
+/// Checks a request body against the session's rules: JSON object, no streaming, an allowed
+/// model, and a `max_tokens` to reserve.
+pub fn check_body(api: ModelApi, value: &Value, allowed: &[String]) -> Result<Checked, Refusal> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| Refusal::BadBody("expected an object".into()))?;
+    if obj.get("stream").and_then(Value::as_bool) == Some(true) {
+        return Err(Refusal::Stream);
+    }
+    let model = match obj.get("model") {
+        None | Some(Value::Null) => return Err(Refusal::NoModel),
+        Some(Value::String(m)) => m.clone(),
+        Some(other) => return Err(Refusal::BadBody(format!("model is {other}"))),
+    };
+    if !allowed.contains(&model) {
+        return Err(Refusal::ModelNotAllowed(model));
+    }
+    let keys: &[&str] = match api {
+        ModelApi::Anthropic => &["max_tokens"],
+        ModelApi::Openai => &["max_completion_tokens", "max_tokens"],
+    };
+    // Every key that is present must be valid, and the largest is reserved, so naming a small
+    // one next to a large one cannot under-reserve whichever the provider honours.
+    let mut max_tokens = None;
+    for value in keys.iter().filter_map(|k| obj.get(*k)) {
+        let n = value
+            .as_u64()
+            .filter(|n| *n > 0)
+            .ok_or(Refusal::NoMaxTokens)?;
+        max_tokens = max_tokens.max(Some(n));
+    }
+    let max_tokens = max_tokens.ok_or(Refusal::NoMaxTokens)?;
+    Ok(Checked { model, max_tokens })
+}
