@@ -24,9 +24,12 @@ pub enum Refusal {
     /// `GET http://host/...`: a proxy-style target could name another host.
     #[error("absolute-form request targets are not served: the gateway is not a proxy")]
     AbsoluteForm,
-    /// Any other method or path.
-    #[error("only {0} is served here (and GET /golem/info)")]
+    /// Another method on the served path.
+    #[error("only POST {0} is served here (and GET /golem/info)")]
     NotServed(&'static str),
+    /// Any other path.
+    #[error("no such endpoint: only POST {0} is served here (and GET /golem/info)")]
+    NotFound(&'static str),
     /// The body is larger than the policy's `max_request_bytes`.
     #[error("the request body is larger than the session's limit of {0} bytes")]
     TooLarge(u64),
@@ -66,6 +69,7 @@ impl Refusal {
             | Refusal::NoModel
             | Refusal::Stream
             | Refusal::NoMaxTokens => 400,
+            Refusal::NotFound(_) => 404,
             Refusal::TooLarge(_) => 413,
             Refusal::ModelNotAllowed(_) | Refusal::Honeytoken => 403,
             Refusal::Budget(_) | Refusal::Busy => 429,
@@ -77,7 +81,8 @@ impl Refusal {
         match self {
             Refusal::Connect => "connect",
             Refusal::AbsoluteForm => "absolute_form",
-            Refusal::NotServed(_) => "not_served",
+            Refusal::NotServed(_) => "method_not_served",
+            Refusal::NotFound(_) => "path_not_served",
             Refusal::TooLarge(_) => "too_large",
             Refusal::BadBody(_) => "bad_body",
             Refusal::NoModel => "no_model",

@@ -260,7 +260,13 @@ fn read_host_file(path: &Path) -> Result<HostFile, ConfigError> {
 /// `http(s)://host[:port][/prefix]` without a trailing `/` or `/v1` (OpenAI-style base URLs end
 /// in `/v1`, Anthropic's do not; the API path adds it back).
 fn normalise_base_url(url: &str) -> Result<String, ConfigError> {
-    let bad = |why: &str| ConfigError::Invalid(format!("GOLEM_MODEL_BASE_URL {url:?} {why}"));
+    // A URL with `user:password@` must not be echoed: the password may be the key.
+    let shown = if url.contains('@') {
+        "(not shown)"
+    } else {
+        url
+    };
+    let bad = |why: &str| ConfigError::Invalid(format!("GOLEM_MODEL_BASE_URL {shown:?} {why}"));
     let parsed = reqwest::Url::parse(url.trim()).map_err(|_| bad("is not a URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(bad("must be an http or https URL with a host"));
@@ -339,7 +345,8 @@ mod tests {
             vec![("GOLEM_MODEL_API", "openai"), ("GOLEM_MODEL_KEY", "a b")],
         ] {
             let err = Upstream::from_sources(&env_of(&pairs), None).unwrap_err();
-            assert!(!err.to_string().contains("a b"), "{err}");
+            let shown = err.to_string();
+            assert!(!shown.contains("a b") && !shown.contains("pw"), "{shown}");
         }
     }
 

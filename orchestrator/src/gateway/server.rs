@@ -124,7 +124,10 @@ fn route(req: &Request<Incoming>) -> Result<(), Refusal> {
 async fn forward(shared: &Shared, req: Request<Incoming>) -> Outcome {
     let path = shared.api.path();
     // The query, if any, is not forwarded: only the path and the checked body go upstream.
-    if req.method() != Method::POST || req.uri().path() != path {
+    if req.uri().path() != path {
+        return Outcome::refused(Refusal::NotFound(path), Bytes::new());
+    }
+    if req.method() != Method::POST {
         return Outcome::refused(Refusal::NotServed(path), Bytes::new());
     }
     let (parts, body) = req.into_parts();

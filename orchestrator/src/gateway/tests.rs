@@ -160,7 +160,7 @@ async fn openai_gets_a_bearer_key_and_settles_on_prompt_and_completion_tokens() 
     assert_eq!(r.header("anthropic-version"), None);
     // The Anthropic path is not served by an OpenAI gateway.
     let (status, _) = post(&f, "/v1/messages", "", &ask("extra-model", 5)).await;
-    assert_eq!(status, 405);
+    assert_eq!(status, 404);
     let report = f.gateway.shutdown().await;
     assert_eq!(
         (report.requests, report.input_tokens, report.output_tokens),
@@ -186,7 +186,8 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
         ("/v1/messages", json!({"max_tokens": 5}), 400),
         ("/v1/messages", ask("host-model", 501), 429),
         ("/v1/messages", big, 413),
-        ("/v1/other", ask("host-model", 5), 405),
+        ("/v1/other", ask("host-model", 5), 404),
+        ("/v1/messages/../x", ask("host-model", 5), 404),
     ];
     for (path, body, want) in &cases {
         let (status, answer) = post(&f, path, "", body).await;

@@ -225,3 +225,32 @@ fn openai(model: &str, n: usize, message: Value, finish: &str, u: Usage) -> Valu
             "total_tokens": u.input + u.output},
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_parse_and_render_in_both_protocols() {
+        let script: Vec<Reply> = serde_json::from_str(
+            r#"[{"text": "hi", "usage": {"input": 3, "output": 1}},
+                {"tool": {"name": "read_file", "input": {"path": "/input/a"}}, "delay_ms": 5},
+                {"error": {"status": 529, "message": "overloaded"}},
+                {"hang": null}]"#,
+        )
+        .unwrap();
+        let (status, a) = script[0].render(Api::Anthropic, "m", 1).unwrap();
+        assert_eq!((status, &a["usage"]["input_tokens"]), (200, &json!(3)));
+        let (_, o) = script[1].render(Api::OpenAi, "m", 2).unwrap();
+        let call = &o["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "read_file");
+        assert_eq!(call["arguments"], r#"{"path":"/input/a"}"#);
+        assert_eq!(script[1].delay_ms, Duration::from_millis(5));
+        let (_, t) = script[1].render(Api::Anthropic, "m", 2).unwrap();
+        assert_eq!(t["content"][0]["type"], "tool_use");
+        assert_eq!(t["stop_reason"], "tool_use");
+        assert_eq!(script[2].render(Api::OpenAi, "m", 3).unwrap().0, 529);
+        assert!(script[3].render(Api::OpenAi, "m", 4).is_none());
+        assert!(serde_json::from_str::<Vec<Reply>>(r#"[{"txt": "x"}]"#).is_err());
+    }
+}
