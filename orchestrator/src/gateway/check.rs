@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::budget::Exhausted;
 use super::config::ModelApi;
+use crate::policy::valid_model_name;
 
 /// Why the gateway answered a request itself instead of forwarding it.
 #[derive(Debug, thiserror::Error)]
@@ -128,10 +129,20 @@ pub struct Checked {
     pub max_tokens: u64,
 }
 
-/// The model a body names, if any, for the record even when the body is refused later.
+/// The model a body names, if any, for the record even when the body is refused later. The
+/// worker wrote it, so a name that is not a plausible model name is recorded only by length.
 pub fn model_of(body: &Bytes) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
-    v.get("model")?.as_str().map(str::to_string)
+    v.get("model")?.as_str().map(shown_model)
+}
+
+/// `name` if it looks like a model name, else a placeholder, for logs and error messages.
+pub fn shown_model(name: &str) -> String {
+    if valid_model_name(name) {
+        name.to_string()
+    } else {
+        format!("(not a model name, {} bytes)", name.len())
+    }
 }
 
 /// Whether `body` carries `token`, as sent or with its characters JSON-escaped (`\u0073k-...`
@@ -153,10 +164,10 @@ pub fn check_body(api: ModelApi, value: &Value, allowed: &[String]) -> Result<Ch
     let model = match obj.get("model") {
         None | Some(Value::Null) => return Err(Refusal::NoModel),
         Some(Value::String(m)) => m.clone(),
-        Some(other) => return Err(Refusal::BadBody(format!("model is {other}"))),
+        Some(_) => return Err(Refusal::BadBody("model is not a string".into())),
     };
     if !allowed.contains(&model) {
-        return Err(Refusal::ModelNotAllowed(model));
+        return Err(Refusal::ModelNotAllowed(shown_model(&model)));
     }
     let keys: &[&str] = match api {
         ModelApi::Anthropic => &["max_tokens"],

@@ -267,9 +267,9 @@ impl GatewayHandle {
 
     /// Stops accepting, lets in-flight requests finish briefly, removes the socket and its
     /// directory, and reports what the session spent.
-    pub async fn shutdown(self) -> GatewayReport {
+    pub async fn shutdown(mut self) -> GatewayReport {
         self.cancel.cancel();
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_dir(&self.socket_dir);
         let spent = self.shared.budget.spent();
@@ -281,6 +281,15 @@ impl GatewayHandle {
             honeytoken_seen: self.shared.honeytoken_seen.load(Ordering::SeqCst),
             transcript_path: self.shared.transcript.path().to_path_buf(),
         }
+    }
+}
+
+impl Drop for GatewayHandle {
+    /// A session that fails before [`GatewayHandle::shutdown`] still stops its gateway: the
+    /// serving task sees the cancellation and closes the listener (the socket file itself is
+    /// removed with the session's directory).
+    fn drop(&mut self) {
+        self.cancel.cancel();
     }
 }
 

@@ -120,7 +120,11 @@ fn route(req: &Request<Incoming>) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Checks, reserves, forwards and settles one request on the API path.
+/// Takes a concurrency slot, reads the body, and hands it to [`checked_send`].
+///
+/// The slot is taken before the body is read, so at most `max_concurrent` bodies of a session
+/// are in the host's memory at once; the rest wait unread on their connections. Waiting is
+/// bounded by the request timeout: a worker that floods the socket gets 429s, not a queue.
 async fn forward(shared: &Shared, req: Request<Incoming>) -> Outcome {
     let path = shared.api.path();
     // The query, if any, is not forwarded: only the path and the checked body go upstream.
@@ -130,12 +134,23 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Outcome {
     if req.method() != Method::POST {
         return Outcome::refused(Refusal::NotServed(path), Bytes::new());
     }
+    let timeout = shared.policy.request_timeout.duration();
+    let Ok(Ok(_permit)) = tokio::time::timeout(timeout, shared.permits.acquire()).await else {
+        return Outcome::refused(Refusal::Busy, Bytes::new());
+    };
     let (parts, body) = req.into_parts();
     let max = shared.policy.max_request_bytes.bytes();
-    let body = match check::read_body(&parts.headers, body, max).await {
-        Ok(body) => body,
-        Err(refusal) => return Outcome::refused(refusal, Bytes::new()),
-    };
+    // A body trickled in byte by byte would hold the slot; it gets the request's time limit.
+    let read = tokio::time::timeout(timeout, check::read_body(&parts.headers, body, max)).await;
+    match read {
+        Ok(Ok(body)) => checked_send(shared, &parts.headers, body).await,
+        Ok(Err(refusal)) => Outcome::refused(refusal, Bytes::new()),
+        Err(_) => Outcome::refused(Refusal::BadBody("not sent in time".into()), Bytes::new()),
+    }
+}
+
+/// Checks the body, reserves the budget, forwards, and settles on the reported usage.
+async fn checked_send(shared: &Shared, headers: &hyper::HeaderMap, body: Bytes) -> Outcome {
     let value: Option<Value> = serde_json::from_slice(&body).ok();
     if let Some(token) = shared.honeytoken.as_deref() {
         if check::carries(&body, value.as_ref(), token) {
@@ -150,50 +165,39 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Outcome {
         Ok(c) => c,
         Err(refusal) => return Outcome::refused(refusal, body),
     };
-    let timeout = shared.policy.request_timeout.duration();
-    // Waiting for a slot is bounded by the request timeout: a worker that floods the socket
-    // gets 429s, not an ever-growing queue.
-    let Ok(Ok(_permit)) = tokio::time::timeout(timeout, shared.permits.acquire()).await else {
-        return Outcome::refused(Refusal::Busy, body);
-    };
     let estimate = super::budget::estimate_input_tokens(body.len());
     let reservation = match shared.budget.reserve(checked.max_tokens, estimate) {
         Ok(r) => r,
         Err(exhausted) => return Outcome::refused(Refusal::Budget(exhausted), body),
     };
-    let sent = shared
-        .forwarder
-        .send(&parts.headers, body.clone(), timeout)
-        .await;
+    let timeout = shared.policy.request_timeout.duration();
+    let sent = shared.forwarder.send(headers, body.clone(), timeout).await;
     let usage = sent.as_ref().ok().and_then(|a| a.usage);
     let charged = usage.unwrap_or((estimate, checked.max_tokens));
     shared.budget.settle(reservation, usage);
-    let model = Some(checked.model);
-    match sent {
-        Ok(a) => Outcome {
-            status: a.status,
-            body: a.body,
-            request: body,
-            model,
-            refused: None,
-            error: None,
-            usage: charged,
-        },
+    let (status, answer, error) = match sent {
+        Ok(a) => (a.status, a.body, None),
         Err(e) => {
             let status = match e {
                 super::forward::ForwardError::Timeout(_) => 504,
                 _ => 502,
             };
-            Outcome {
+            let message = e.to_string();
+            (
                 status,
-                body: check::error_body("upstream", &e.to_string()),
-                request: body,
-                model,
-                refused: None,
-                error: Some(e.to_string()),
-                usage: charged,
-            }
+                check::error_body("upstream", &message),
+                Some(message),
+            )
         }
+    };
+    Outcome {
+        status,
+        body: answer,
+        request: body,
+        model: Some(checked.model),
+        refused: None,
+        error,
+        usage: charged,
     }
 }
 

@@ -177,6 +177,7 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
     let big = json!({"model": "host-model", "max_tokens": 5, "pad": "x".repeat(5000)});
     let cases: Vec<(&str, Value, u16)> = vec![
         ("/v1/messages", ask("gpt-evil", 10), 403),
+        ("/v1/messages", ask("\u{1b}[2Jx", 10), 403),
         (
             "/v1/messages",
             json!({"model": "host-model", "max_tokens": 5, "stream": true}),
@@ -230,6 +231,9 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
     assert_eq!(refused.len(), cases.len() + raw.len());
     assert!(refused.iter().any(|e| e["refused"] == "connect"));
     assert!(refused.iter().any(|e| e["refused"] == "absolute_form"));
+    // A hostile model name is never echoed into the records.
+    assert!(refused.iter().all(|e| !e.to_string().contains("[2J")));
+    assert!(refused.iter().any(|e| e["model"] == "gpt-evil"));
     let report = f.gateway.shutdown().await;
     assert_eq!(report.refused, (cases.len() + raw.len()) as u64);
     assert_eq!(report.requests, 0);
@@ -443,4 +447,26 @@ async fn the_socket_belongs_to_the_session_uid_alone() {
     }
     let dir_meta = std::fs::metadata(dir.path().join("m")).unwrap();
     assert_eq!(dir_meta.mode() & 0o777, 0o700);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_and_a_dropped_handle_stops_serving() {
+    let mut p = policy();
+    p.request_timeout = Limit(Duration::from_millis(300));
+    let f = fixture(ModelApi::Anthropic, &p, vec![]).await;
+    let head = "POST /v1/messages HTTP/1.1\r\nContent-Length: 100";
+    let (status, answer) = send(&f, head, b"{\"model\":").await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(f.upstream.count(), 0);
+    let socket = f.gateway.socket_path().to_path_buf();
+    drop(f.gateway);
+    let mut refused = false;
+    for _ in 0..50 {
+        if UnixStream::connect(&socket).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "a dropped gateway still accepts connections");
 }
