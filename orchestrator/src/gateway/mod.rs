@@ -53,7 +53,6 @@ pub const SOCKET_ENV: &str = "GOLEM_MODEL_SOCKET";
 pub type EventSink = Arc<dyn Fn(Event) + Send + Sync>;
 
 /// Everything a session hands the gateway.
-#[derive(Debug)]
 pub struct GatewaySpec<'a> {
     /// A directory that must not exist yet; it is created 0700 and holds the socket.
     pub socket_dir: PathBuf,
@@ -71,6 +70,22 @@ pub struct GatewaySpec<'a> {
     pub honeytoken: Option<String>,
     /// The session id, for the audit events.
     pub session_id: String,
+}
+
+impl std::fmt::Debug for GatewaySpec<'_> {
+    /// Leaves the honeytoken out: it is looked for in the session's logs, so printing it in
+    /// one would raise a false alarm.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewaySpec")
+            .field("socket_dir", &self.socket_dir)
+            .field("transcript", &self.transcript)
+            .field("uid", &self.uid)
+            .field("gid", &self.gid)
+            .field("policy", &self.policy)
+            .field("upstream", &self.upstream)
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What went wrong starting the gateway.

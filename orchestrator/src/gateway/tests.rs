@@ -470,3 +470,20 @@ async fn a_trickled_body_is_cut_and_a_dropped_handle_stops_serving() {
     }
     assert!(refused, "a dropped gateway still accepts connections");
 }
+
+#[tokio::test]
+async fn each_socket_is_its_own_session() {
+    let a = fixture(ModelApi::Openai, &policy(), vec![]).await;
+    let b = fixture(ModelApi::Openai, &policy(), vec![]).await;
+    // Whatever the body claims, the request is charged to the socket it arrived on.
+    let mut body = ask("host-model", 10);
+    body["session"] = json!("s2");
+    body["metadata"] = json!({"user_id": "s2"});
+    let (status, _) = post(&a, "/v1/chat/completions", "\r\nX-Golem-Session: s2", &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(events_named(&a, "model.request").len(), 1);
+    assert!(events_named(&b, "model.request").is_empty());
+    let (ra, rb) = (a.gateway.shutdown().await, b.gateway.shutdown().await);
+    assert_eq!((ra.requests, rb.requests), (1, 0));
+    assert_eq!(b.upstream.count(), 0);
+}
