@@ -146,10 +146,11 @@ pub fn shown_model(name: &str) -> String {
 }
 
 /// Whether `body` carries `token`, as sent or with its characters JSON-escaped (`\u0073k-...`
-/// decodes to the same string, so the check runs on the parsed text too).
+/// decodes to the same string, so the check runs on the parsed text too). Both searches are
+/// linear (memmem), so a body built of near-misses costs the host no more than any other.
 pub fn carries(body: &Bytes, value: Option<&Value>, token: &str) -> bool {
-    let raw = body.windows(token.len()).any(|w| w == token.as_bytes());
-    raw || value.is_some_and(|v| v.to_string().contains(token))
+    let found = |haystack: &[u8]| memchr::memmem::find(haystack, token.as_bytes()).is_some();
+    found(body) || value.is_some_and(|v| found(v.to_string().as_bytes()))
 }
 
 /// Checks a request body against the session's rules: JSON object, no streaming, an allowed
