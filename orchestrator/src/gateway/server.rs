@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -43,25 +43,42 @@ pub(super) async fn serve(listener: UnixListener, shared: Arc<Shared>, cancel: C
             accepted = listener.accept() => accepted,
         };
         while connections.try_join_next().is_some() {}
-        let Ok((stream, _)) = accepted else { continue };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors, say: wait instead of spinning on the error.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
         if connections.len() >= MAX_CONNECTIONS {
             continue;
         }
-        let shared = shared.clone();
-        connections.spawn(async move {
-            let service = hyper::service::service_fn(move |req| answer(shared.clone(), req));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .max_buf_size(64 << 10)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        connections.spawn(connection(stream, shared.clone(), cancel.clone()));
     }
     drop(listener);
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(GRACE, drain).await.is_err() {
         connections.shutdown().await;
+    }
+}
+
+/// One connection, HTTP/1.1 only. On shutdown an idle keep-alive connection is closed at once
+/// and a busy one after its current request.
+async fn connection(stream: UnixStream, shared: Arc<Shared>, cancel: CancellationToken) {
+    let service = hyper::service::service_fn(move |req| answer(shared.clone(), req));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(64 << 10)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = cancel.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
     }
 }
 
@@ -96,11 +113,11 @@ async fn answer(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let started = Instant::now();
     let time = crate::audit::now();
-    if req.method() == Method::GET && req.uri().path() == "/golem/info" {
-        return Ok(json_response(200, Bytes::from(shared.info().to_string())));
-    }
     let outcome = match route(&req) {
         Err(refusal) => Outcome::refused(refusal, Bytes::new()),
+        Ok(()) if req.method() == Method::GET && req.uri().path() == "/golem/info" => {
+            return Ok(json_response(200, Bytes::from(shared.info().to_string())));
+        }
         Ok(()) => forward(&shared, req).await,
     };
     let response = json_response(outcome.status, outcome.body.clone());

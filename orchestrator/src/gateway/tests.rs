@@ -345,6 +345,8 @@ async fn info_socket_and_records_hold_what_they_should_and_never_the_key() {
         vec![Reply::text("hi").usage(3, 2)],
     )
     .await;
+    let (status, _) = send(&f, "GET http://evil/golem/info HTTP/1.1", b"").await;
+    assert_eq!(status, 400);
     let (status, info) = send(&f, "GET /golem/info HTTP/1.1", b"").await;
     assert_eq!(status, 200);
     assert_eq!(info["api"], "anthropic");
@@ -365,7 +367,13 @@ async fn info_socket_and_records_hold_what_they_should_and_never_the_key() {
     let report = f.gateway.shutdown().await;
     assert!(!socket.exists(), "the socket is removed at shutdown");
     let transcript = std::fs::read_to_string(&report.transcript_path).unwrap();
-    let line: Value = serde_json::from_str(transcript.trim()).unwrap();
+    let lines: Vec<Value> = transcript
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "the refused GET and the forwarded POST");
+    assert_eq!(lines[0]["refused"], "absolute_form");
+    let line = &lines[1];
     assert_eq!(line["request"]["model"], "host-model");
     assert_eq!(line["response"]["content"][0]["text"], "hi");
     assert_eq!(request[0]["request_sha256"], line["request_sha256"]);
@@ -486,4 +494,24 @@ async fn each_socket_is_its_own_session() {
     let (ra, rb) = (a.gateway.shutdown().await, b.gateway.shutdown().await);
     assert_eq!((ra.requests, rb.requests), (1, 0));
     assert_eq!(b.upstream.count(), 0);
+}
+
+#[tokio::test]
+async fn shutdown_closes_idle_keep_alive_connections_at_once() {
+    let f = fixture(ModelApi::Openai, &policy(), vec![]).await;
+    let mut idle = UnixStream::connect(f.gateway.socket_path()).await.unwrap();
+    idle.write_all(b"GET /golem/info HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    assert!(idle.read(&mut buf).await.unwrap() > 0);
+    let started = std::time::Instant::now();
+    f.gateway.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // The idle connection was closed by the gateway.
+    assert_eq!(idle.read(&mut buf).await.unwrap_or(0), 0);
 }
