@@ -52,6 +52,11 @@ pub enum Refusal {
     /// The body carries the session's honeytoken: the worker is sending its environment out.
     #[error("the request carries a credential from the container's environment")]
     Honeytoken,
+    /// A tool or option that makes the *provider* reach out (web search and fetch, MCP
+    /// servers, code execution containers): the provider would carry data to third parties
+    /// before any reviewer sees the transcript.
+    #[error("{0} runs on the provider's side and could reach the network; only the worker's own function tools are allowed")]
+    ProviderTool(String),
     /// The budget cannot cover the request.
     #[error("{0}")]
     Budget(Exhausted),
@@ -72,7 +77,7 @@ impl Refusal {
             | Refusal::NoMaxTokens => 400,
             Refusal::NotFound(_) => 404,
             Refusal::TooLarge(_) => 413,
-            Refusal::ModelNotAllowed(_) | Refusal::Honeytoken => 403,
+            Refusal::ModelNotAllowed(_) | Refusal::Honeytoken | Refusal::ProviderTool(_) => 403,
             Refusal::Budget(_) | Refusal::Busy => 429,
         }
     }
@@ -91,6 +96,7 @@ impl Refusal {
             Refusal::Stream => "stream",
             Refusal::NoMaxTokens => "no_max_tokens",
             Refusal::Honeytoken => "honeytoken",
+            Refusal::ProviderTool(_) => "provider_tool",
             Refusal::Budget(_) => "budget",
             Refusal::Busy => "busy",
         }
@@ -170,6 +176,7 @@ pub fn check_body(api: ModelApi, value: &Value, allowed: &[String]) -> Result<Ch
     if !allowed.contains(&model) {
         return Err(Refusal::ModelNotAllowed(shown_model(&model)));
     }
+    provider_side_reach(api, obj)?;
     let keys: &[&str] = match api {
         ModelApi::Anthropic => &["max_tokens"],
         ModelApi::Openai => &["max_completion_tokens", "max_tokens"],
@@ -186,4 +193,47 @@ pub fn check_body(api: ModelApi, value: &Value, allowed: &[String]) -> Result<Ch
     }
     let max_tokens = max_tokens.ok_or(Refusal::NoMaxTokens)?;
     Ok(Checked { model, max_tokens })
+}
+
+/// Top-level options that make the provider itself contact other hosts.
+const PROVIDER_REACH: [(ModelApi, &str); 3] = [
+    (ModelApi::Anthropic, "mcp_servers"),
+    (ModelApi::Anthropic, "container"),
+    (ModelApi::Openai, "web_search_options"),
+];
+
+/// Refuses provider-side tools and options. The container has no network, and the gateway
+/// must not hand it one through the provider: Anthropic's server tools (`web_search_*`,
+/// `web_fetch_*`, `code_execution_*`, ...) carry a `type` other than `custom`, OpenAI's
+/// function tools are `function` (or `custom`), and everything else is refused too.
+fn provider_side_reach(api: ModelApi, obj: &serde_json::Map<String, Value>) -> Result<(), Refusal> {
+    if let Some((_, key)) = PROVIDER_REACH
+        .iter()
+        .find(|(a, key)| *a == api && obj.contains_key(*key))
+    {
+        return Err(Refusal::ProviderTool((*key).to_string()));
+    }
+    let Some(tools) = obj.get("tools") else {
+        return Ok(());
+    };
+    let tools = tools
+        .as_array()
+        .ok_or_else(|| Refusal::BadBody("tools is not a list".into()))?;
+    let allowed: &[&str] = match api {
+        ModelApi::Anthropic => &["custom"],
+        ModelApi::Openai => &["function", "custom"],
+    };
+    for tool in tools {
+        let kind = match tool.get("type") {
+            // Anthropic's client tools may leave `type` out; OpenAI's always name it.
+            None if api == ModelApi::Anthropic => continue,
+            None => return Err(Refusal::BadBody("a tool has no type".into())),
+            Some(kind) => kind,
+        };
+        if !kind.as_str().is_some_and(|k| allowed.contains(&k)) {
+            let shown = kind.as_str().map_or("a tool".to_string(), shown_model);
+            return Err(Refusal::ProviderTool(format!("tool type {shown}")));
+        }
+    }
+    Ok(())
 }

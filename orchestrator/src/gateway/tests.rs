@@ -158,15 +158,24 @@ async fn openai_gets_a_bearer_key_and_settles_on_prompt_and_completion_tokens() 
         Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(r.header("anthropic-version"), None);
+    let mut search = ask("extra-model", 5);
+    search["web_search_options"] = json!({});
+    let (status, _) = post(&f, "/v1/chat/completions", "", &search).await;
+    assert_eq!(status, 403);
+    let mut tools = ask("extra-model", 5);
+    tools["tools"] = json!([{"type": "function", "function": {"name": "read_file"}}]);
+    f.upstream.push(Reply::text("ok").usage(1, 1));
+    let (status, _) = post(&f, "/v1/chat/completions", "", &tools).await;
+    assert_eq!(status, 200);
     // The Anthropic path is not served by an OpenAI gateway.
     let (status, _) = post(&f, "/v1/messages", "", &ask("extra-model", 5)).await;
     assert_eq!(status, 404);
     let report = f.gateway.shutdown().await;
     assert_eq!(
         (report.requests, report.input_tokens, report.output_tokens),
-        (1, 40, 9)
+        (2, 41, 10)
     );
-    assert_eq!(report.refused, 1);
+    assert_eq!(report.refused, 2);
 }
 
 #[tokio::test]
@@ -186,6 +195,18 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
         ("/v1/messages", json!({"model": "host-model"}), 400),
         ("/v1/messages", json!({"max_tokens": 5}), 400),
         ("/v1/messages", ask("host-model", 501), 429),
+        (
+            "/v1/messages",
+            json!({"model": "host-model", "max_tokens": 5, "messages": [],
+                "tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}),
+            403,
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "host-model", "max_tokens": 5, "messages": [],
+                "mcp_servers": [{"type": "url", "url": "https://evil.example/mcp"}]}),
+            403,
+        ),
         ("/v1/messages", big, 413),
         ("/v1/other", ask("host-model", 5), 404),
         ("/v1/messages/../x", ask("host-model", 5), 404),
