@@ -126,6 +126,9 @@ pub async fn read_body(headers: &HeaderMap, body: Incoming, max: u64) -> Result<
     }
 }
 
+/// The most completions one request may ask for (`n`).
+const MAX_CHOICES: u64 = 8;
+
 /// What the gateway needs from a checked request body.
 #[derive(Debug)]
 pub struct Checked {
@@ -195,6 +198,15 @@ pub fn check_body(api: ModelApi, value: &Value, allowed: &[String]) -> Result<Ch
         max_tokens = max_tokens.max(Some(n));
     }
     let max_tokens = max_tokens.ok_or(Refusal::NoMaxTokens)?;
+    // OpenAI's `n` asks for n completions of up to max_tokens each: reserve all of them.
+    let choices = match obj.get("n") {
+        None | Some(Value::Null) => 1,
+        Some(n) => n
+            .as_u64()
+            .filter(|n| (1..=MAX_CHOICES).contains(n))
+            .ok_or_else(|| Refusal::BadBody(format!("n must be 1 to {MAX_CHOICES}")))?,
+    };
+    let max_tokens = max_tokens.saturating_mul(choices);
     Ok(Checked { model, max_tokens })
 }
 
@@ -241,18 +253,20 @@ fn provider_side_reach(api: ModelApi, obj: &serde_json::Map<String, Value>) -> R
     Ok(())
 }
 
-/// Finds content the provider would download itself: an Anthropic image or document whose
-/// `source` is `{"type": "url"}`, or an OpenAI `image_url` that is not a `data:` URL. The URL
-/// could carry anything the worker read to any host, so only inline content is accepted.
+/// Finds content the provider would fetch itself: an Anthropic image or document whose
+/// `source` is a `url` (the URL could carry anything the worker read to any host) or a `file`
+/// (a file the key's owner uploaded for something else), an OpenAI `image_url` that is not a
+/// `data:` URL, or an OpenAI `file` part naming an uploaded `file_id`. Only inline content is
+/// accepted.
 fn provider_fetch(value: &Value) -> Option<&'static str> {
     match value {
         Value::Object(obj) => {
-            let url_source = obj
-                .get("source")
-                .and_then(|s| s.get("type"))
-                .is_some_and(|t| t == "url");
-            if url_source {
-                return Some("content with a URL source");
+            let source = obj.get("source").and_then(|s| s.get("type"));
+            if source.is_some_and(|t| t == "url" || t == "file") {
+                return Some("content fetched by the provider (a url or file source)");
+            }
+            if obj.get("file").is_some_and(|f| f.get("file_id").is_some()) {
+                return Some("a file uploaded to the provider account");
             }
             if let Some(image) = obj.get("image_url") {
                 let url = image.get("url").unwrap_or(image).as_str().unwrap_or("");
@@ -304,6 +318,16 @@ mod tests {
                 ModelApi::Openai,
                 json!({"messages": [{"content": [{"image_url": "http://x/"}]}]}),
             ),
+            (
+                ModelApi::Anthropic,
+                json!({"messages": [{"content": [{"type": "document",
+                    "source": {"type": "file", "file_id": "file_011"}}]}]}),
+            ),
+            (
+                ModelApi::Openai,
+                json!({"messages": [{"content": [{"type": "file",
+                    "file": {"file_id": "file-abc"}}]}]}),
+            ),
         ] {
             let mut full = json!({"model": "m", "max_tokens": 1});
             for (k, v) in body.as_object().unwrap() {
@@ -315,6 +339,13 @@ mod tests {
         // The larger of two token caps is the one reserved.
         let both = json!({"model": "m", "max_tokens": 900, "max_completion_tokens": 10});
         assert_eq!(check(ModelApi::Openai, both).unwrap().max_tokens, 900);
+        let n = json!({"model": "m", "max_tokens": 100, "n": 3});
+        assert_eq!(check(ModelApi::Openai, n).unwrap().max_tokens, 300);
+        let n = json!({"model": "m", "max_tokens": 100, "n": 1000});
+        assert!(matches!(
+            check(ModelApi::Openai, n),
+            Err(Refusal::BadBody(_))
+        ));
         let bad = json!({"model": "m", "max_tokens": 0, "max_completion_tokens": 10});
         assert!(matches!(
             check(ModelApi::Openai, bad),
