@@ -184,7 +184,7 @@ async fn openai_gets_a_bearer_key_and_settles_on_prompt_and_completion_tokens() 
 }
 
 #[tokio::test]
-async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
+async fn hostile_bodies_are_refused_recorded_and_never_forwarded() {
     let mut p = policy();
     p.max_output_tokens = 500;
     let f = fixture(ModelApi::Anthropic, &p, vec![]).await;
@@ -228,6 +228,24 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
         assert_eq!(status, *want, "{path} {body:.80}: {answer}");
         assert!(answer["error"]["message"].is_string(), "{answer}");
     }
+    assert_eq!(
+        f.upstream.count(),
+        0,
+        "nothing refused reaches the upstream"
+    );
+    let refused = events_named(&f, "model.refused");
+    assert_eq!(refused.len(), cases.len());
+    // A hostile model name is never echoed into the records.
+    assert!(refused.iter().all(|e| !e.to_string().contains("[2J")));
+    assert!(refused.iter().any(|e| e["model"] == "gpt-evil"));
+    let report = f.gateway.shutdown().await;
+    assert_eq!(report.refused, cases.len() as u64);
+    assert_eq!(report.requests, 0);
+}
+
+#[tokio::test]
+async fn proxy_shapes_other_methods_and_a_chunked_oversize_body_are_refused() {
+    let f = fixture(ModelApi::Anthropic, &policy(), vec![]).await;
     let raw: [(&str, &[u8], u16); 4] = [
         ("CONNECT api.anthropic.com:443 HTTP/1.1", b"", 405),
         (
@@ -261,15 +279,11 @@ async fn hostile_shapes_are_refused_recorded_and_never_forwarded() {
         "nothing refused reaches the upstream"
     );
     let refused = events_named(&f, "model.refused");
-    assert_eq!(refused.len(), cases.len() + raw.len());
+    assert_eq!(refused.len(), raw.len());
     assert!(refused.iter().any(|e| e["refused"] == "connect"));
     assert!(refused.iter().any(|e| e["refused"] == "absolute_form"));
-    // A hostile model name is never echoed into the records.
-    assert!(refused.iter().all(|e| !e.to_string().contains("[2J")));
-    assert!(refused.iter().any(|e| e["model"] == "gpt-evil"));
-    let report = f.gateway.shutdown().await;
-    assert_eq!(report.refused, (cases.len() + raw.len()) as u64);
-    assert_eq!(report.requests, 0);
+    assert!(refused.iter().any(|e| e["refused"] == "too_large"));
+    assert_eq!(f.gateway.shutdown().await.refused, raw.len() as u64);
 }
 
 #[tokio::test]
