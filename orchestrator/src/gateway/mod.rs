@@ -35,7 +35,7 @@ use crate::policy::{ModelPolicy, HOST_MODEL};
 pub mod budget;
 pub mod check;
 pub mod config;
-pub mod forward;
+mod forward;
 mod server;
 pub mod transcript;
 
