@@ -12,6 +12,7 @@ pub mod container;
 pub mod diff;
 pub mod engine;
 pub mod extract;
+pub mod gateway;
 pub mod gc;
 pub mod home;
 pub mod image;

@@ -116,7 +116,7 @@ pub fn load(
     let (mut policy, base_source) = base(level, policy_dir)?;
     let mut sources = vec![base_source];
     if let Some(path) = project_file {
-        let text = read_owned_project_file(path)?;
+        let text = read_owned_file(path)?;
         let shown = path.display().to_string();
         if apply_project(&mut policy, &text, &shown)? {
             sources.push(shown);
@@ -187,7 +187,8 @@ pub fn find_project_file(start: &Path) -> Option<PathBuf> {
 /// Refuses a project file that someone other than the invoking user could have written: owned
 /// by another user, group/world-writable, a link, or in a directory others can write (which
 /// lets them replace it). Checked on the open file, so it is the file that is then read.
-fn read_owned_project_file(path: &Path) -> Result<String, PolicyError> {
+/// The host's model configuration (`gateway::config`) is read the same way, for the same reason.
+pub(crate) fn read_owned_file(path: &Path) -> Result<String, PolicyError> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let unsafe_file = |why: String| PolicyError::UnsafeProjectFile {

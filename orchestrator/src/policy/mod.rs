@@ -16,13 +16,17 @@ use serde::{Deserialize, Serialize};
 use crate::units::{Limit, Size};
 
 mod load;
+mod model;
 mod narrow;
 
 pub use load::{find_project_file, load, Effective, PROJECT_FILE};
-pub(crate) use load::{locate, parse_yaml};
+pub(crate) use load::{locate, parse_yaml, read_owned_file};
+pub use model::{
+    valid_model_name, ModelPolicy, HOST_MODEL, MAX_CONCURRENT_CEILING, MAX_REQUEST_BYTES_CEILING,
+};
 pub use narrow::{
-    narrow_for_run, narrow_input, EnvNarrowing, InputNarrowing, MountsNarrowing, Narrowing,
-    NetworkNarrowing, Origin, OutputNarrowing, ResourcesNarrowing,
+    narrow_for_run, narrow_input, EnvNarrowing, InputNarrowing, ModelNarrowing, MountsNarrowing,
+    Narrowing, NetworkNarrowing, Origin, OutputNarrowing, ResourcesNarrowing,
 };
 
 /// The four trust levels, ordered from least to most trusted.
@@ -251,6 +255,9 @@ pub struct Policy {
     /// An OCI runtime registered with the engine (for example `runsc` for gVisor); engine default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// Model access through the host gateway; none when the file has no `model:` section.
+    #[serde(default)]
+    pub model: ModelPolicy,
 }
 
 /// Where a value came from, for error messages a person can jump to.
@@ -378,6 +385,7 @@ impl Policy {
             );
         }
         self.validate_limits()?;
+        self.model.validate()?;
         parse_user(&self.user).map_err(|m| ("user".to_string(), m))?;
         for name in self.env.set.keys().chain(self.env.pass.iter()) {
             if !valid_env_name(name) {
@@ -511,6 +519,11 @@ mod tests {
             assert!(pair[0].mounts.repo <= pair[1].mounts.repo);
             assert!(pair[0].resources.memory <= pair[1].resources.memory);
             assert!(pair[0].output.max_total_bytes <= pair[1].output.max_total_bytes);
+            let (lo, hi) = (&pair[0].model, &pair[1].model);
+            assert!(lo.max_requests <= hi.max_requests);
+            assert!(lo.max_input_tokens <= hi.max_input_tokens);
+            assert!(lo.max_output_tokens <= hi.max_output_tokens);
+            assert!(lo.max_request_bytes <= hi.max_request_bytes);
         }
         for p in &all {
             assert_eq!(
@@ -525,6 +538,11 @@ mod tests {
                 p.level
             );
             assert_eq!(p.user, PER_SESSION_USER, "{} shares one uid", p.level);
+            // Every level may reach the host's model (the untrusted level is where an AI reads
+            // hostile documents), with small budgets.
+            assert_eq!(p.model.allow, vec![HOST_MODEL.to_string()], "{}", p.level);
+            assert!(p.model.max_requests > 0 && p.model.max_requests <= 1000);
+            assert!(p.model.max_output_tokens > 0 && p.model.max_output_tokens <= 1_000_000);
             assert_eq!(p.fixed_user(), None);
         }
         assert_eq!(all[0].mounts.workspace, Access::None);
@@ -708,6 +726,52 @@ mod tests {
             .replace("input:\n  max_total_bytes: 1GiB\n", "");
         let p = Policy::from_yaml(&old, "old.yaml", TrustLevel::Untrusted).unwrap();
         assert_eq!(p.input, InputLimits::default());
+    }
+
+    #[test]
+    fn the_model_section_narrows_and_an_old_file_grants_no_model() {
+        let eff = with_project(
+            TrustLevel::Untrusted,
+            "levels:\n  untrusted:\n    model:\n      allow: []\n      max_requests: 3\n      request_timeout: 10s\n",
+        )
+        .unwrap();
+        assert!(!eff.policy.model.grants_access());
+        assert_eq!(eff.policy.model.max_requests, 3);
+        for (yaml, key) in [
+            ("    model:\n      allow: [gpt-4o]\n", "model.allow"),
+            (
+                "    model:\n      max_requests: 100000\n",
+                "model.max_requests",
+            ),
+            (
+                "    model:\n      max_request_bytes: 1GiB\n",
+                "model.max_request_bytes",
+            ),
+            (
+                "    model:\n      request_timeout: 1h\n",
+                "model.request_timeout",
+            ),
+            (
+                "    model:\n      max_concurrent: 0\n",
+                "model.max_concurrent",
+            ),
+            ("    model:\n      base_url: http://evil\n", "base_url"),
+            ("    model:\n      key: sk-x\n", "key"),
+        ] {
+            let text = format!("levels:\n  untrusted:\n{yaml}");
+            let err = with_project(TrustLevel::Untrusted, &text).unwrap_err();
+            assert!(err.to_string().contains(key), "{yaml}: {err}");
+        }
+        let old = BUILTIN[0].1.split("\n# Model access").next().unwrap();
+        let p = Policy::from_yaml(old, "old.yaml", TrustLevel::Untrusted).unwrap();
+        assert_eq!(p.model, ModelPolicy::default());
+        assert!(!p.model.grants_access());
+        let bad = BUILTIN[0].1.replace("allow: [host]", "allow: [\"a b\"]");
+        assert!(Policy::from_yaml(&bad, "u.yaml", TrustLevel::Untrusted).is_err());
+        let bad = BUILTIN[0]
+            .1
+            .replace("max_request_bytes: 1MiB", "max_request_bytes: 1GiB");
+        assert!(Policy::from_yaml(&bad, "u.yaml", TrustLevel::Untrusted).is_err());
     }
 
     #[test]

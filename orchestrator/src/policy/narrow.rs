@@ -21,6 +21,10 @@
 //! - `env.pass` may only drop names, `env.set` may add nothing, and `runtime` may only repeat the
 //!   policy's own: variables such as `LD_PRELOAD` and the OCI runtime decide what code runs and
 //!   how it is isolated, so only a policy file chooses them.
+//! - `model.allow` may only drop names (a subset of the policy's own list, compared as written:
+//!   `host` stays `host`, since which model the host names is not known here), and every model
+//!   budget is an ordered value like the rest. The upstream and the key are not in a policy at
+//!   all, so no narrowing can name them.
 //! - It is all or nothing: after an error the policy is left as it was.
 
 use std::collections::BTreeMap;
@@ -61,6 +65,9 @@ pub struct Narrowing {
     /// May only name the policy's own runtime. Any other value is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// Fewer models, smaller budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelNarrowing>,
 }
 
 /// Mount access to lower; see [`Mounts`].
@@ -130,6 +137,33 @@ pub struct InputNarrowing {
     /// Bytes of all inputs together (`--max-input`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_total_bytes: Option<Size>,
+}
+
+/// Model access to narrow; see [`ModelPolicy`](super::ModelPolicy).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelNarrowing {
+    /// The models to keep; a subset of the policy's list (empty gives up model access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// Requests per session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u64>,
+    /// Input tokens per session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_tokens: Option<u64>,
+    /// Output tokens per session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    /// Requests in flight, at least one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<u64>,
+    /// One upstream request's time limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<Limit>,
+    /// One request body's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_bytes: Option<Size>,
 }
 
 /// Environment to narrow.
@@ -313,6 +347,27 @@ impl Ask<'_> {
         Ok(())
     }
 
+    fn model(&self, p: &mut Policy, n: &ModelNarrowing) -> Result<(), PolicyError> {
+        let m = &mut p.model;
+        if let Some(allow) = &n.allow {
+            if let Some(extra) = allow.iter().find(|name| !m.allow.contains(name)) {
+                return Err(self.widen("model.allow", extra.clone(), format!("{:?}", m.allow)));
+            }
+            m.allow = allow.clone();
+        }
+        self.lower(&mut m.max_requests, n.max_requests, "model.max_requests")?;
+        let input = n.max_input_tokens;
+        self.lower(&mut m.max_input_tokens, input, "model.max_input_tokens")?;
+        let output = n.max_output_tokens;
+        self.lower(&mut m.max_output_tokens, output, "model.max_output_tokens")?;
+        let concurrent = n.max_concurrent;
+        self.lower(&mut m.max_concurrent, concurrent, "model.max_concurrent")?;
+        let timeout = n.request_timeout;
+        self.lower(&mut m.request_timeout, timeout, "model.request_timeout")?;
+        let bytes = n.max_request_bytes;
+        self.lower(&mut m.max_request_bytes, bytes, "model.max_request_bytes")
+    }
+
     fn runtime(&self, p: &Policy, asked: &str) -> Result<(), PolicyError> {
         // The runtime is the isolation itself (runsc vs runc); a narrowing may not swap it.
         if p.runtime.as_deref() == Some(asked) {
@@ -364,6 +419,9 @@ impl Policy {
         if let Some(rt) = &n.runtime {
             ask.runtime(&p, rt)?;
         }
+        if let Some(m) = &n.model {
+            ask.model(&mut p, m)?;
+        }
         ask.still_valid(&p)?;
         *self = p;
         Ok(())
@@ -387,6 +445,7 @@ pub fn narrow_for_run(
 #[cfg(test)]
 mod tests {
     use super::super::load::apply_project;
+    use super::super::ModelPolicy;
     use super::*;
     use crate::workers::Definition;
     use proptest::prelude::*;
@@ -397,52 +456,107 @@ mod tests {
     }
 
     /// A random valid policy: any level, every value somewhere inside what the level allows.
-    fn policy() -> impl Strategy<Value = Policy> {
+    fn policy() -> BoxedStrategy<Policy> {
         let level = proptest::sample::select(TrustLevel::ALL.to_vec());
-        level.prop_flat_map(|level| {
-            let mounts = (
-                prop_oneof![Just(Access::None), Just(Access::Ro)],
-                access(),
-                access(),
-            );
-            let resources = (
-                (6u64 << 20)..=(8u64 << 30),
-                1u32..=400,
-                1u64..=4096,
-                1u64..=7200,
-                1u64..=(1u64 << 30),
-            );
-            let output = (1u64..=(1u64 << 30), 1u64..=10_000, 1u64..=(1u64 << 30));
-            let env = proptest::sample::subsequence(vec!["HOME", "TERM", "TZ"], 0..=3);
-            let runtime = proptest::option::of(Just("runsc"));
-            let input = 1u64..=level.input_ceiling().bytes();
-            (
-                (Just(level), mounts, any::<bool>(), resources),
-                (output, input, env, runtime),
-            )
-                .prop_map(|((level, m, opt_in, r), (o, input, env, runtime))| {
-                    let mut p = super::super::load(level, None, None).unwrap().policy;
-                    let (ws_max, repo_max) = level.ceiling();
-                    p.mounts = Mounts {
-                        input: m.0,
-                        workspace: m.1.min(ws_max),
-                        repo: m.2.min(repo_max),
-                    };
-                    p.network.allow_opt_in = opt_in && level == TrustLevel::Full;
-                    p.resources.memory = Size(r.0);
-                    p.resources.cpus = f64::from(r.1) / 100.0;
-                    p.resources.pids = r.2;
-                    p.resources.timeout = Limit(Duration::from_secs(r.3));
-                    p.resources.tmp = Size(r.4);
-                    p.output.max_total_bytes = Size(o.0);
-                    p.output.max_files = o.1;
-                    p.output.max_file_bytes = Size(o.2.min(o.0));
-                    p.input.max_total_bytes = Size(input);
-                    p.env.pass = env.into_iter().map(String::from).collect();
-                    p.runtime = runtime.map(String::from);
-                    p
-                })
-        })
+        level
+            .prop_flat_map(|level| {
+                let mounts = (
+                    prop_oneof![Just(Access::None), Just(Access::Ro)],
+                    access(),
+                    access(),
+                );
+                let resources = (
+                    (6u64 << 20)..=(8u64 << 30),
+                    1u32..=400,
+                    1u64..=4096,
+                    1u64..=7200,
+                    1u64..=(1u64 << 30),
+                );
+                let output = (1u64..=(1u64 << 30), 1u64..=10_000, 1u64..=(1u64 << 30));
+                let env = proptest::sample::subsequence(vec!["HOME", "TERM", "TZ"], 0..=3);
+                let runtime = proptest::option::of(Just("runsc"));
+                let input = 1u64..=level.input_ceiling().bytes();
+                (
+                    (Just(level), mounts, any::<bool>(), resources),
+                    (output, input, env, runtime, model_policy()),
+                )
+                    .prop_map(
+                        |((level, m, opt_in, r), (o, input, env, runtime, model))| {
+                            let mut p = super::super::load(level, None, None).unwrap().policy;
+                            let (ws_max, repo_max) = level.ceiling();
+                            p.mounts = Mounts {
+                                input: m.0,
+                                workspace: m.1.min(ws_max),
+                                repo: m.2.min(repo_max),
+                            };
+                            p.network.allow_opt_in = opt_in && level == TrustLevel::Full;
+                            p.resources.memory = Size(r.0);
+                            p.resources.cpus = f64::from(r.1) / 100.0;
+                            p.resources.pids = r.2;
+                            p.resources.timeout = Limit(Duration::from_secs(r.3));
+                            p.resources.tmp = Size(r.4);
+                            p.output.max_total_bytes = Size(o.0);
+                            p.output.max_files = o.1;
+                            p.output.max_file_bytes = Size(o.2.min(o.0));
+                            p.input.max_total_bytes = Size(input);
+                            p.env.pass = env.into_iter().map(String::from).collect();
+                            p.runtime = runtime.map(String::from);
+                            p.model = model;
+                            p
+                        },
+                    )
+            })
+            .boxed()
+    }
+
+    /// Model names a policy or a narrowing may hold.
+    const MODELS: [&str; 3] = ["host", "claude-haiku-4-5", "gpt-4o-mini"];
+
+    /// A random valid `model:` section.
+    fn model_policy() -> BoxedStrategy<ModelPolicy> {
+        let allow = proptest::sample::subsequence(MODELS.to_vec(), 0..=3);
+        let budgets = (0u64..=1000, 0u64..=1_000_000, 0u64..=100_000);
+        let rest = (1u64..=16, 1u64..=600, 1u64..=(16u64 << 20));
+        (allow, budgets, rest)
+            .prop_map(|(allow, b, r)| ModelPolicy {
+                allow: allow.into_iter().map(String::from).collect(),
+                max_requests: b.0,
+                max_input_tokens: b.1,
+                max_output_tokens: b.2,
+                max_concurrent: r.0,
+                request_timeout: Limit(Duration::from_secs(r.1)),
+                max_request_bytes: Size(r.2),
+            })
+            .boxed()
+    }
+
+    /// A random narrowing of `p`'s `model:` section, asking below, at and above each value.
+    fn model(p: &Policy) -> BoxedStrategy<ModelNarrowing> {
+        let m = &p.model;
+        let allow = proptest::sample::subsequence(MODELS.to_vec(), 0..=3)
+            .prop_map(|names| names.into_iter().map(String::from).collect::<Vec<_>>());
+        let concurrent = prop_oneof![1 => Just(0), 5 => around(m.max_concurrent)];
+        let budgets = (
+            some(around(m.max_requests.max(1))),
+            some(around(m.max_input_tokens.max(1))),
+            some(around(m.max_output_tokens.max(1))),
+        );
+        let rest = (
+            some(concurrent),
+            some(around(m.request_timeout.duration().as_secs()).prop_map(Duration::from_secs)),
+            some(around(m.max_request_bytes.bytes()).prop_map(Size)),
+        );
+        (some(allow), budgets, rest)
+            .prop_map(|(allow, b, r)| ModelNarrowing {
+                allow,
+                max_requests: b.0,
+                max_input_tokens: b.1,
+                max_output_tokens: b.2,
+                max_concurrent: r.0,
+                request_timeout: r.1.map(Limit),
+                max_request_bytes: r.2,
+            })
+            .boxed()
     }
 
     /// Below, at and above `base`, and sometimes small whatever `base` is.
@@ -515,7 +629,7 @@ mod tests {
     }
 
     /// A random narrowing of `p`, every value drawn below, at and above the policy's own.
-    fn narrowing(p: &Policy) -> impl Strategy<Value = Narrowing> {
+    fn narrowing(p: &Policy) -> BoxedStrategy<Narrowing> {
         let mounts =
             (some(access()), some(access()), some(access())).prop_map(|m| MountsNarrowing {
                 input: m.0,
@@ -530,9 +644,10 @@ mod tests {
         (
             (some(mounts), some(network), some(resources(p))),
             (some(output(p)), some(input), some(env(p)), some(runtime)),
+            some(model(p)),
         )
             .prop_map(
-                |((mounts, network, resources), (output, input, env, runtime))| Narrowing {
+                |((mounts, network, resources), (output, input, env, runtime), model)| Narrowing {
                     mounts,
                     network,
                     resources,
@@ -540,8 +655,10 @@ mod tests {
                     input,
                     env,
                     runtime,
+                    model,
                 },
             )
+            .boxed()
     }
 
     fn case() -> impl Strategy<Value = (Policy, Narrowing)> {
@@ -650,6 +767,13 @@ mod tests {
         assert!(o.max_file_bytes <= b.max_file_bytes && o.max_file_bytes <= o.max_total_bytes);
         assert!(p.input.max_total_bytes <= base.input.max_total_bytes);
         assert!(p.env.pass.iter().all(|v| base.env.pass.contains(v)));
+        let (m, b) = (&p.model, &base.model);
+        assert!(m.allow.iter().all(|name| b.allow.contains(name)));
+        assert!(m.max_requests <= b.max_requests && m.max_input_tokens <= b.max_input_tokens);
+        assert!(m.max_output_tokens <= b.max_output_tokens);
+        assert!((1..=b.max_concurrent).contains(&m.max_concurrent));
+        assert!(m.request_timeout <= b.request_timeout);
+        assert!(m.max_request_bytes <= b.max_request_bytes);
     }
 
     proptest! {

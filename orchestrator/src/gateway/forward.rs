@@ -1,0 +1,177 @@
+//! Sending one checked request upstream: a fresh header set built from an allowlist, the key
+//! added here and nowhere else, a time limit, and a cap on the answer's size.
+//!
+//! The worker's headers are never copied wholesale. `Authorization`, `x-api-key`, cookies,
+//! `proxy-*` and hop-by-hop headers simply are not on the list, so a worker cannot smuggle its
+//! own credential, a session cookie or a proxy instruction past the gateway, and the one key
+//! that goes out is always the host's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use serde_json::Value;
+
+use super::config::{ModelApi, Upstream};
+
+/// Worker headers that reach the upstream (besides `content-type`, which is always
+/// `application/json`). Everything else is dropped.
+const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
+
+/// The Messages API version sent when the worker names none.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The most an upstream answer may be; a larger one is a 502, not a host out of memory.
+pub(super) const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// Why no answer came back.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ForwardError {
+    /// The upstream did not finish within the policy's `request_timeout`.
+    #[error("the model upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Connecting, sending or reading failed.
+    #[error("the model upstream could not be reached: {0}")]
+    Transport(String),
+    /// The answer was larger than [`MAX_RESPONSE_BYTES`].
+    #[error("the model upstream's answer is larger than {MAX_RESPONSE_BYTES} bytes")]
+    TooLarge,
+}
+
+/// What the upstream answered.
+#[derive(Debug)]
+pub(super) struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// The body, passed to the worker unchanged.
+    pub body: Bytes,
+    /// `(input, output)` tokens the provider reported, when it did.
+    pub usage: Option<(u64, u64)>,
+}
+
+/// The HTTP client for one session's upstream.
+#[derive(Debug, Clone)]
+pub(super) struct Forwarder {
+    client: reqwest::Client,
+    upstream: Arc<Upstream>,
+}
+
+impl Forwarder {
+    /// A client that follows no redirects (a redirect could carry the key to another host)
+    /// and, for a loopback upstream, uses no proxy.
+    pub(super) fn new(upstream: Arc<Upstream>) -> Result<Forwarder, reqwest::Error> {
+        let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+        if is_loopback(&upstream.base_url) {
+            builder = builder.no_proxy();
+        }
+        Ok(Forwarder {
+            client: builder.build()?,
+            upstream,
+        })
+    }
+
+    /// Sends `body` with the allowlisted subset of `worker` headers and the host's key, and
+    /// reads the answer, all within `timeout`.
+    pub(super) async fn send(
+        &self,
+        worker: &HeaderMap,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Answer, ForwardError> {
+        let api = self.upstream.api;
+        let request = self
+            .client
+            .post(self.upstream.endpoint())
+            .headers(outgoing_headers(api, worker, &self.upstream))
+            .body(body);
+        let exchange = async {
+            let mut response = request.send().await.map_err(transport)?;
+            let status = response.status().as_u16();
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(transport)? {
+                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err(ForwardError::TooLarge);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            let usage = serde_json::from_slice(&body)
+                .ok()
+                .and_then(|v: Value| usage(api, &v));
+            Ok(Answer {
+                status,
+                body: Bytes::from(body),
+                usage,
+            })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(ForwardError::Timeout(timeout)))
+    }
+}
+
+fn transport(e: reqwest::Error) -> ForwardError {
+    // reqwest's message names the URL, never headers, so the key cannot appear in it.
+    ForwardError::Transport(e.without_url().to_string())
+}
+
+fn is_loopback(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]")
+}
+
+/// The headers that go upstream: content type, the allowlisted worker headers, the key.
+pub(super) fn outgoing_headers(
+    api: ModelApi,
+    worker: &HeaderMap,
+    upstream: &Upstream,
+) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    out.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if api == ModelApi::Anthropic {
+        for name in FORWARDED {
+            let value = worker.get(name).filter(|v| {
+                v.as_bytes()
+                    .iter()
+                    .all(|b| b.is_ascii_graphic() || *b == b' ')
+            });
+            if let Some(v) = value {
+                out.insert(HeaderName::from_static(name), v.clone());
+            }
+        }
+        if !out.contains_key("anthropic-version") {
+            out.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(ANTHROPIC_VERSION),
+            );
+        }
+    }
+    let key = upstream.key().expose();
+    let (name, value) = match api {
+        ModelApi::Anthropic => (HeaderName::from_static("x-api-key"), key.to_string()),
+        ModelApi::Openai => (AUTHORIZATION, format!("Bearer {key}")),
+    };
+    // ModelKey::new allows only printable ASCII, which is always a valid header value.
+    if let Ok(mut v) = HeaderValue::from_str(&value) {
+        v.set_sensitive(true);
+        out.insert(name, v);
+    }
+    out
+}
+
+/// `(input, output)` tokens from a provider's `usage` object.
+pub(super) fn usage(api: ModelApi, body: &Value) -> Option<(u64, u64)> {
+    let u = body.get("usage")?;
+    let count = |name: &str| u.get(name).and_then(Value::as_u64);
+    match api {
+        // Anthropic reports cached prompt tokens apart from `input_tokens`; they are input too.
+        ModelApi::Anthropic => {
+            let cached = count("cache_creation_input_tokens").unwrap_or(0)
+                + count("cache_read_input_tokens").unwrap_or(0);
+            Some((count("input_tokens")? + cached, count("output_tokens")?))
+        }
+        ModelApi::Openai => Some((count("prompt_tokens")?, count("completion_tokens")?)),
+    }
+}
