@@ -113,6 +113,7 @@ mod tests {
             error: None,
             logs: "logs.txt".into(),
             host_failure: false,
+            model: None,
         };
         assert_eq!(outcome.doc_status(), DocStatus::Partial);
         assert_eq!(outcome.process_exit_code(), 3);

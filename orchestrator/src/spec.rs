@@ -211,6 +211,8 @@ impl RunSpec {
             allow_network: self.allow_network,
             repo: place.repo.clone(),
             intake: IntakeLimits::default(),
+            // Model access is resolved with the host's upstream when the worker asks for it.
+            model: None,
         })
     }
 

@@ -110,6 +110,29 @@ pub enum GatewayError {
     Client(#[from] reqwest::Error),
 }
 
+/// What a run asks of the model gateway: the host's upstream (its key never leaves the host) and
+/// the person's `--model` choice, which must still be in the level's allowlist.
+#[derive(Debug, Clone)]
+pub struct ModelAccess {
+    /// The host's upstream and key, from the host's environment or its config file only.
+    pub upstream: Arc<Upstream>,
+    /// `--model NAME`; `None` is the host's default model.
+    pub model: Option<String>,
+}
+
+/// A session's use of the model, as `run --json` and `batch --json` report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ModelUsage {
+    /// Requests forwarded upstream.
+    pub requests: u64,
+    /// Input tokens charged.
+    pub input_tokens: u64,
+    /// Output tokens charged.
+    pub output_tokens: u64,
+    /// Requests the gateway refused.
+    pub refused: u64,
+}
+
 /// What the gateway did over a session, for `run --json` and the stage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GatewayReport {

@@ -68,6 +68,9 @@ pub struct RunOptions {
     pub intake: IntakeLimits,
     /// A worker definition's instructions, mounted read-only at `/task/instructions.md`.
     pub instructions: Option<String>,
+    /// Model access through the host's gateway, for a worker whose definition asks for a model.
+    /// `None`: no socket is mounted and nothing model-related enters the container.
+    pub model: Option<crate::gateway::ModelAccess>,
 }
 
 /// The result `run` reports.
@@ -97,6 +100,9 @@ pub struct Outcome {
     pub logs: PathBuf,
     /// It failed for a reason outside the document (the engine or the host), not the worker's.
     pub host_failure: bool,
+    /// The session's use of the model gateway; absent when the worker had no model access.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::gateway::ModelUsage>,
 }
 
 /// Failures that end a session before its container could do its work.
@@ -725,6 +731,7 @@ impl<'a> Session<'a> {
             error: record.error.clone(),
             logs: self.dir.join(LOGS),
             host_failure: record.host_failure,
+            model: record.model,
         }
     }
 }

@@ -116,6 +116,9 @@ pub struct Record {
     /// What the scrub of `/workspace` removed after the session: set-id bits, special files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_scrubbed: Option<Scrubbed>,
+    /// The session's use of the model gateway, when its worker had model access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::gateway::ModelUsage>,
 }
 
 impl Record {
@@ -142,6 +145,7 @@ impl Record {
             user: None,
             workspace_scrubbed_before: None,
             workspace_scrubbed: None,
+            model: None,
         }
     }
 }

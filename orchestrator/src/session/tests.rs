@@ -45,6 +45,7 @@ fn options(f: &Fixture) -> RunOptions {
         repo: None,
         intake: IntakeLimits::default(),
         instructions: None,
+        model: None,
     }
 }
 
