@@ -737,6 +737,7 @@ fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest
         rejected_omitted: combined.omitted,
         bytes,
         repo_head: first.repo_head.clone(),
+        model: None,
     }
 }
 

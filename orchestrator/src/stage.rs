@@ -20,6 +20,9 @@ pub const MANIFEST: &str = "manifest.json";
 pub const FILES: &str = "files";
 /// The mutable decision record.
 pub const STATUS: &str = "status.json";
+/// The session's model transcript (JSONL, one exchange per line) beside the manifest, when the
+/// worker had model access: reviewed like the files, never pushed with them.
+pub const TRANSCRIPT: &str = "transcript.jsonl";
 const TMP_PREFIX: &str = ".tmp-";
 const OWNER_FILE: &str = "owner";
 
@@ -58,6 +61,25 @@ pub struct Manifest {
     /// HEAD of the mounted repository at session start, when one was mounted.
     #[serde(default)]
     pub repo_head: Option<String>,
+    /// The worker's use of the model gateway and the sha256 of its [`TRANSCRIPT`], when it had
+    /// model access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRecord>,
+}
+
+/// What a staged commit says about its session's model use: the usage, the transcript's hash
+/// (so `transcript` shows only what was staged) and whether the honeytoken was seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelRecord {
+    /// Requests, tokens and refusals.
+    #[serde(flatten)]
+    pub usage: crate::gateway::ModelUsage,
+    /// sha256 of the staged transcript file.
+    pub transcript_sha256: String,
+    /// The container's fake key was seen in a request, the output or the logs: the worker tried
+    /// to send its environment somewhere. Shown as a high warning.
+    #[serde(default)]
+    pub honeytoken_seen: bool,
 }
 
 /// What a person decided about a staged commit; moves forward only.
@@ -548,6 +570,7 @@ mod tests {
             rejected_omitted: 0,
             bytes: 1,
             repo_head: None,
+            model: None,
         }
     }
 

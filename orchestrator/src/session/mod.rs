@@ -634,6 +634,7 @@ impl<'a> Session<'a> {
             rejected_omitted: extraction.rejected_omitted,
             bytes: extraction.total_bytes,
             repo_head,
+            model: None,
         }
     }
 
