@@ -465,7 +465,7 @@ attack! {
 }
 
 /// Tag of an image built `FROM` the hostile image whose `/run/golem` is a symlink to
-/// `/output`; removed when dropped.
+/// `/workspace`; removed when dropped.
 struct SymlinkImage(String);
 
 impl SymlinkImage {
@@ -473,7 +473,7 @@ impl SymlinkImage {
         let tag = format!("golem-hostile-symrun:{}", uuid::Uuid::new_v4().simple());
         let context = tempfile::tempdir().unwrap();
         std::fs::create_dir(context.path().join("run")).unwrap();
-        std::os::unix::fs::symlink("/output", context.path().join("run/golem")).unwrap();
+        std::os::unix::fs::symlink("/workspace", context.path().join("run/golem")).unwrap();
         std::fs::write(
             context.path().join("Dockerfile"),
             format!("FROM {}\nCOPY run /run\n", hostile_image()),
@@ -493,33 +493,33 @@ impl Drop for SymlinkImage {
 }
 
 attack! {
-    /// An image whose `/run/golem` is a symlink to `/output` cannot move the socket anywhere
-    /// a reviewer or the host would pick it up: the socket never reaches the stage, nothing
-    /// appears on the host, and the gateway still serves only this session.
+    /// An image whose `/run/golem` is a symlink to `/workspace` (the project's workspace, on the
+    /// host's disk) cannot make the engine create the socket's mount point there: runc resolves
+    /// a mount target through the image's own symlinks, and a bind of a file creates that file
+    /// (root-owned, empty) wherever the target resolves, which for a fixed target like
+    /// `/run/golem/model.sock` is wherever the image says. The socket's target must be a path
+    /// the image cannot know (like the init's). Attacks plan.rs (the socket's bind target).
     fn a_socket_path_symlinked_by_the_image_cannot_redirect_the_mount(g)
     given {
         let image = SymlinkImage::build();
         g.file(
             "workers/mal.worker",
-            format!("---\nname: mal\ndescription: symlinked socket dir\nimage: {}\ncommand: [model, sockets, ask]\ntrust: untrusted\nmodel: true\n---\nx\n", image.0),
+            format!("---\nname: mal\ndescription: symlinked socket dir\nimage: {}\ncommand: [model, ask, sockets]\ntrust: session\nmodel: true\n---\nx\n", image.0),
         );
     }
     {
         let p = Provider::start("anthropic", vec![]);
-        let run = run_worker(&g, &p, "mal").outcome();
-        if let Some(staged) = run.staged_id.clone() {
-            let files = crate::harness::assert_untrusted_stage(&g, &staged);
-            assert!(!files.iter().any(|f| f.contains("model.sock")), "{files:?}");
-        } else {
-            assert_eq!(run.status, Status::Failed, "{} {}", run.json, run.stderr);
-        }
-        // Whatever the engine made of the symlink, nothing was created outside the session.
+        let run = run_worker(&g, &p, "mal").flags(["--session"]).expect(Status::Staged);
+        let r = results(&g, &run);
+        assert_eq!(result(&r, "ask")["status"], 200, "the worker lost its socket: {r:?}");
+        let files = crate::harness::assert_untrusted_stage(&g, &run.staged());
+        assert!(!files.iter().any(|f| f.contains("model.sock")), "{files:?}");
         let stray: Vec<PathBuf> = tree(&g.home)
             .into_keys()
             .filter(|f| f.file_name().is_some_and(|n| n == "model.sock"))
             .collect();
-        assert!(stray.is_empty(), "{stray:?}");
-        assert!(p.requests().len() <= 1);
+        assert!(stray.is_empty(), "the mount point was created on the host: {stray:?}");
+        assert_eq!(p.requests().len(), 1);
         drop(image);
     }
 }
