@@ -31,6 +31,9 @@ pub enum Step {
     Pause(Duration),
     /// Nothing ever again, until the container is killed.
     Hang,
+    /// Nothing until the test notifies (a kill cuts it short): the container runs while the
+    /// test acts on it, e.g. on its model gateway's socket.
+    Until(Arc<tokio::sync::Notify>),
     /// Steps made, when the container is attached, from the plan it was created with: output
     /// that holds a value only the plan knows (the model gateway's honeytoken).
     FromPlan(PlanSteps),
@@ -38,7 +41,10 @@ pub enum Step {
 
 /// A function of the container's plan giving the steps it plays; see [`Step::FromPlan`].
 #[derive(Clone)]
-pub struct PlanSteps(pub Arc<dyn Fn(&ContainerPlan) -> Vec<Step> + Send + Sync>);
+pub struct PlanSteps(pub Arc<PlanFn>);
+
+/// The function inside [`PlanSteps`].
+pub type PlanFn = dyn Fn(&ContainerPlan) -> Vec<Step> + Send + Sync;
 
 impl std::fmt::Debug for PlanSteps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -142,6 +148,13 @@ fn play(steps: Vec<Step>, killed: watch::Receiver<bool>) -> Attached {
                 Step::Hang => {
                     let _ = killed.wait_for(|k| *k).await;
                     return None;
+                }
+                Step::Until(notify) => {
+                    tokio::select! {
+                        () = notify.notified() => {}
+                        _ = killed.wait_for(|k| *k) => return None,
+                    }
+                    continue;
                 }
                 // Expanded by `attach`.
                 Step::FromPlan(_) => continue,
