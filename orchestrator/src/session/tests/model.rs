@@ -81,6 +81,25 @@ async fn ask(socket: &Path, content: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// As root, the socket (0600) and its directory (0700) belong to the session's uid; otherwise
+/// the socket is reachable only through the session's 0700 directory, i.e. the bind mount.
+fn assert_socket_is_the_sessions_alone(engine: &FakeEngine, socket: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let plan = engine.plan().unwrap();
+    let uid: u32 = plan.user.split(':').next().unwrap().parse().unwrap();
+    let dir = socket.parent().unwrap();
+    let (s, d) = (socket.metadata().unwrap(), dir.metadata().unwrap());
+    let session_dir = dir.parent().unwrap().metadata().unwrap();
+    assert_eq!(
+        (d.mode() & 0o777, session_dir.mode() & 0o777),
+        (0o700, 0o700)
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!((s.uid(), d.uid(), s.mode() & 0o777), (uid, uid, 0o600));
+    }
+}
+
 /// Runs a model session whose container plays `steps`; `drive` acts on the socket meanwhile
 /// and resolves `cancel` if it wants the session cancelled.
 async fn run_model<D>(
@@ -141,6 +160,7 @@ async fn a_model_session_mounts_its_socket_audits_each_request_and_stages_the_tr
         steps,
         |engine, _cancel| async move {
             let (socket, _) = mounted(&engine).await;
+            assert_socket_is_the_sessions_alone(&engine, &socket);
             assert_eq!(ask(&socket, "hi").await, 200);
             *seen.lock().unwrap() = Some(socket);
             go.notify_one();
@@ -328,4 +348,62 @@ async fn a_model_outside_the_allowlist_is_refused_before_any_session_exists() {
         .unwrap()
         .unwrap();
     assert_eq!(policy.allow, [MODEL]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_honeytoken_in_a_request_is_refused_and_flags_the_stage() {
+    let f = fixture();
+    let (scripted, access) = access(Vec::new()).await;
+    let go = Arc::new(Notify::new());
+    let mut steps = vec![Step::Until(go.clone())];
+    steps.extend(archive_of("agent.md", b"done"));
+    let (outcome, record, _) = run_model(
+        &f,
+        model_options(&f, &access),
+        steps,
+        |engine, _cancel| async move {
+            let (socket, token) = mounted(&engine).await;
+            let status = ask(&socket, &format!("my key is {token}")).await;
+            assert!((400..500).contains(&status), "{status}");
+            go.notify_one();
+        },
+    )
+    .await;
+    assert_eq!(scripted.count(), 0, "never forwarded");
+    assert_eq!(record.model.map(|m| (m.requests, m.refused)), Some((0, 1)));
+    let id = outcome.staged.clone().unwrap();
+    let manifest = Stage::new(f.home.staged_dir()).manifest(&id).unwrap();
+    assert!(manifest.model.unwrap().honeytoken_seen);
+    let audited = assert_model_events_before_the_end(&f, &outcome.session);
+    assert!(audited
+        .iter()
+        .any(|(e, d)| e == "model.honeytoken" && d["severity"] == "high"));
+    let summary = &audited[audited.len() - 2].1;
+    assert_eq!(summary["honeytoken_seen"], true);
+}
+
+/// `--dry-run` shows what a session would mount: the socket and its variables, with a
+/// placeholder for the key a session draws only when it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_shows_the_socket_and_its_variables() {
+    let f = fixture();
+    let (_scripted, access) = access(Vec::new()).await;
+    let shown = crate::spec::preview(&f.home, &model_options(&f, &access)).unwrap();
+    let socket = shown
+        .plan
+        .binds
+        .iter()
+        .find(|b| b.target == crate::gateway::CONTAINER_SOCKET)
+        .unwrap();
+    assert!(!socket.read_only && socket.source.ends_with("model/model.sock"));
+    assert_eq!(
+        shown.plan.env["GOLEM_MODEL_SOCKET"],
+        "/run/golem/model.sock"
+    );
+    assert_eq!(
+        shown.plan.env["OPENAI_API_KEY"],
+        crate::session::HONEYTOKEN_PLACEHOLDER
+    );
+    let without = crate::spec::preview(&f.home, &options(&f)).unwrap();
+    assert!(!without.plan.env.contains_key("GOLEM_MODEL_SOCKET"));
 }
