@@ -126,18 +126,19 @@ impl EventWriter {
         })
     }
 
-    /// Closes the channel and waits until every event sent so far is written.
-    async fn close(&mut self, audit_path: &Path) -> Result<(), SessionError> {
+    /// Closes the channel and waits until every event sent so far is written. The wait is a
+    /// plain join, which no cancel can cut short (the session writes its own audit lines the
+    /// same way): a few lines at most are left to write once the gateway has stopped.
+    fn close(&mut self, audit_path: &Path) -> Result<(), SessionError> {
         if let Ok(mut guard) = self.sender.lock() {
             guard.take();
         }
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        let joined = tokio::task::spawn_blocking(move || thread.join()).await;
-        match joined {
-            Ok(Ok(written)) => Ok(written?),
-            _ => Err(SessionError::Io {
+        match thread.join() {
+            Ok(written) => Ok(written?),
+            Err(_) => Err(SessionError::Io {
                 path: audit_path.to_path_buf(),
                 source: std::io::Error::other("the gateway's audit writer failed"),
             }),
@@ -220,7 +221,7 @@ impl Session<'_> {
                 tracing::warn!("removing {}: {e}", model.socket_dir.display());
             }
         }
-        model.events.close(&audit_path).await?;
+        model.events.close(&audit_path)?;
         self.record.model = Some(model.usage);
         self.save()
     }
