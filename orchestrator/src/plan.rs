@@ -159,6 +159,31 @@ pub struct HostPaths {
     /// Other golem-orch state directories found inside the repository (`home::STATE_MARKER`),
     /// hidden like the current one.
     pub other_states: Vec<PathBuf>,
+    /// The model gateway's socket and the fake key, only for a worker with model access.
+    pub model: Option<ModelMount>,
+}
+
+/// What a worker with model access gets: its session's gateway socket (the file alone is
+/// bind-mounted, never its directory, so nothing else of the host comes with it) and a fake key
+/// where SDKs look for the real one. The only environment not taken from the policy's `env`.
+#[derive(Clone)]
+pub struct ModelMount {
+    /// The socket on the host, `sessions/<id>/model/model.sock`.
+    pub socket: PathBuf,
+    /// The variable the provider's SDKs read their key from (`ANTHROPIC_API_KEY`, ...).
+    pub key_env: String,
+    /// The session's honeytoken: a worker that sends it anywhere is caught.
+    pub honeytoken: String,
+}
+
+impl fmt::Debug for ModelMount {
+    /// Leaves the honeytoken out: it is looked for in the session's logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelMount")
+            .field("socket", &self.socket)
+            .field("key_env", &self.key_env)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the worker should run.
@@ -192,6 +217,9 @@ pub enum PlanError {
     /// Neither the image nor the person names a program to run.
     #[error("image {0:?} has no entrypoint or command; give one after --")]
     NoCommand(String),
+    /// Model access was asked for but the level (or `--model`) cannot grant it.
+    #[error("{0}")]
+    Model(String),
 }
 
 /// Derives the plan. `allow_network` is the person's explicit opt-in, honoured only where the policy allows it.
@@ -234,7 +262,7 @@ pub fn build(
             read_only: true,
         },
         user,
-        env: environment(policy),
+        env: environment(policy, paths.model.as_ref()),
         binds,
         workspace,
         output: Output {
@@ -288,6 +316,15 @@ fn mounts(policy: &Policy, paths: &HostPaths) -> Result<Mounts, PlanError> {
             source: task.clone(),
             target: crate::workers::INSTRUCTIONS_TARGET.into(),
             read_only: true,
+        });
+    }
+    if let Some(model) = &paths.model {
+        // Writable: connecting to a Unix socket needs write permission on it. It is the socket
+        // file alone; what a connection can do is what the gateway answers.
+        binds.push(BindMount {
+            source: model.socket.clone(),
+            target: crate::gateway::CONTAINER_SOCKET.into(),
+            read_only: false,
         });
     }
     let mut masks = Vec::new();
@@ -379,9 +416,11 @@ fn identity(policy: &Policy, paths: &HostPaths) -> (u32, u32, String) {
     }
 }
 
-/// The complete environment: the policy's fixed values, then the host variables it passes.
-fn environment(policy: &Policy) -> BTreeMap<String, String> {
-    policy
+/// The complete environment: the policy's fixed values, then the host variables it passes,
+/// then (with model access, and over anything the policy named alike) the socket's path and the
+/// honeytoken. The last two are the one documented exception to "the policy's env alone".
+fn environment(policy: &Policy, model: Option<&ModelMount>) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = policy
         .env
         .set
         .iter()
@@ -393,7 +432,15 @@ fn environment(policy: &Policy) -> BTreeMap<String, String> {
                 .iter()
                 .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
         )
-        .collect()
+        .collect();
+    if let Some(model) = model {
+        env.insert(
+            crate::gateway::SOCKET_ENV.into(),
+            crate::gateway::CONTAINER_SOCKET.into(),
+        );
+        env.insert(model.key_env.clone(), model.honeytoken.clone());
+    }
+    env
 }
 
 impl ContainerPlan {
@@ -573,6 +620,7 @@ mod tests {
             init: "/s/bin/init".into(),
             user,
             other_states: vec![],
+            model: None,
         }
     }
 
@@ -594,6 +642,7 @@ mod tests {
                 init: "/r/.golem/bin/init".into(),
                 user: None,
                 other_states: vec![],
+                model: None,
             },
             &Command {
                 image: "img".into(),
@@ -698,6 +747,7 @@ mod tests {
             init: "/r/sub/.golem/bin/init".into(),
             user: None,
             other_states: vec![],
+            model: None,
         };
         let cmd = command("img", None);
         let err = build("s", &p, &nested, &cmd, BTreeMap::new(), false).unwrap_err();
@@ -829,5 +879,53 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
+    }
+
+    /// Model access adds exactly the socket file (writable: connecting needs it) and its two
+    /// variables, over whatever the policy named alike; without it nothing model-related enters.
+    #[test]
+    fn model_access_adds_only_the_socket_and_its_two_variables() {
+        let mut p = policy::load(TrustLevel::Untrusted, None, None)
+            .unwrap()
+            .policy;
+        p.env
+            .set
+            .insert("OPENAI_API_KEY".into(), "from-the-policy".into());
+        let cmd = command("img", Some(vec!["/w".into()]));
+        let without = build("s", &p, &paths_under_s(None), &cmd, BTreeMap::new(), false).unwrap();
+        let model = ModelMount {
+            socket: "/s/sessions/x/model/model.sock".into(),
+            key_env: "OPENAI_API_KEY".into(),
+            honeytoken: "sk-proj-fake".into(),
+        };
+        let paths = HostPaths {
+            model: Some(model),
+            ..paths_under_s(None)
+        };
+        let with = build("s", &p, &paths, &cmd, BTreeMap::new(), false).unwrap();
+        assert!(!without.env.contains_key(crate::gateway::SOCKET_ENV));
+        assert!(without
+            .binds
+            .iter()
+            .all(|b| b.target != crate::gateway::CONTAINER_SOCKET));
+        let added: Vec<_> = with
+            .binds
+            .iter()
+            .filter(|b| !without.binds.contains(b))
+            .collect();
+        assert_eq!(
+            added,
+            [&BindMount {
+                source: "/s/sessions/x/model/model.sock".into(),
+                target: "/run/golem/model.sock".into(),
+                read_only: false,
+            }]
+        );
+        let mut expected = without.env.clone();
+        expected.insert("GOLEM_MODEL_SOCKET".into(), "/run/golem/model.sock".into());
+        expected.insert("OPENAI_API_KEY".into(), "sk-proj-fake".into());
+        assert_eq!(with.env, expected);
+        assert_eq!(with.network, NetworkMode::None);
+        assert!(with.to_string().contains("/run/golem/model.sock"));
     }
 }

@@ -168,6 +168,14 @@ pub enum StageError {
         /// What does not match.
         what: String,
     },
+    /// The manifest cannot be matched to the hash the audit log recorded when it was staged.
+    #[error("staged commit {id}: {why}")]
+    Unverified {
+        /// Staged commit id.
+        id: String,
+        /// What failed.
+        why: String,
+    },
     /// A status change that would move backwards or sideways.
     #[error(
         "staged commit {id} is already {status}; only a pending staged commit can be {wanted}"
@@ -510,6 +518,65 @@ impl Building {
         }
         Ok(self.target.clone())
     }
+}
+
+impl Building {
+    /// Copies the session's model transcript beside the manifest (0600, synced by the commit,
+    /// published with it by the rename) and returns its sha256 for the manifest.
+    pub fn add_transcript(&self, from: &Path) -> Result<String, StageError> {
+        let bytes = read_nofollow(from)?;
+        let to = self.tmp.join(TRANSCRIPT);
+        crate::home::write_private(&to, &bytes).map_err(io(&to))?;
+        Ok(sha256_hex(&bytes))
+    }
+}
+
+/// Reads a file without following a final link.
+fn read_nofollow(path: &Path) -> Result<Vec<u8>, StageError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = Vec::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(io(path))?;
+    Ok(bytes)
+}
+
+/// The staged model transcript of `id`, only when the manifest is the one the audit log
+/// recorded at staging (the check `push` makes) and the transcript's sha256 is the manifest's:
+/// what a reviewer reads is what the session staged. `None`: the worker had no model access.
+pub fn read_transcript(home: &crate::home::Home, id: &str) -> Result<Option<Vec<u8>>, StageError> {
+    let stage = Stage::new(home.staged_dir());
+    let audit = crate::audit::Audit::new(home.audit_path());
+    let manifest = crate::push::verified_manifest(&stage, &audit, id).map_err(|e| match e {
+        crate::push::PushError::Stage(e) => e,
+        crate::push::PushError::Unverified { why, .. } => StageError::Unverified {
+            id: id.to_string(),
+            why,
+        },
+        other => StageError::Unverified {
+            id: id.to_string(),
+            why: other.to_string(),
+        },
+    })?;
+    let Some(model) = manifest.model else {
+        return Ok(None);
+    };
+    let bytes =
+        read_nofollow(&stage.dir(id).join(TRANSCRIPT)).map_err(|e| StageError::Tampered {
+            id: id.to_string(),
+            what: format!("the transcript cannot be read ({e})"),
+        })?;
+    if sha256_hex(&bytes) != model.transcript_sha256 {
+        return Err(StageError::Tampered {
+            id: id.to_string(),
+            what: "the transcript does not match its sha256".into(),
+        });
+    }
+    Ok(Some(bytes))
 }
 
 impl Drop for Building {

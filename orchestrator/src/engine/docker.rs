@@ -530,6 +530,7 @@ mod tests {
                     gid: 1_610_612_737,
                 }),
                 other_states: vec![],
+                model: None,
             },
             &Command {
                 image: "img".into(),

@@ -31,6 +31,25 @@ pub enum Step {
     Pause(Duration),
     /// Nothing ever again, until the container is killed.
     Hang,
+    /// Nothing until the test notifies (a kill cuts it short): the container runs while the
+    /// test acts on it, e.g. on its model gateway's socket.
+    Until(Arc<tokio::sync::Notify>),
+    /// Steps made, when the container is attached, from the plan it was created with: output
+    /// that holds a value only the plan knows (the model gateway's honeytoken).
+    FromPlan(PlanSteps),
+}
+
+/// A function of the container's plan giving the steps it plays; see [`Step::FromPlan`].
+#[derive(Clone)]
+pub struct PlanSteps(pub Arc<PlanFn>);
+
+/// The function inside [`PlanSteps`].
+pub type PlanFn = dyn Fn(&ContainerPlan) -> Vec<Step> + Send + Sync;
+
+impl std::fmt::Debug for PlanSteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PlanSteps(..)")
+    }
 }
 
 /// What the container does once started.
@@ -60,6 +79,7 @@ pub struct FakeEngine {
     script: Script,
     killed: watch::Sender<bool>,
     calls: Mutex<Vec<String>>,
+    plan: Mutex<Option<ContainerPlan>>,
 }
 
 impl FakeEngine {
@@ -69,7 +89,13 @@ impl FakeEngine {
             script,
             killed: watch::channel(false).0,
             calls: Mutex::new(Vec::new()),
+            plan: Mutex::new(None),
         })
+    }
+
+    /// The plan the last container was created with.
+    pub fn plan(&self) -> Option<ContainerPlan> {
+        self.plan.lock().ok().and_then(|p| p.clone())
     }
 
     /// Every call made so far, e.g. `create golem-…-worker`, `kill …`.
@@ -123,6 +149,15 @@ fn play(steps: Vec<Step>, killed: watch::Receiver<bool>) -> Attached {
                     let _ = killed.wait_for(|k| *k).await;
                     return None;
                 }
+                Step::Until(notify) => {
+                    tokio::select! {
+                        () = notify.notified() => {}
+                        _ = killed.wait_for(|k| *k) => return None,
+                    }
+                    continue;
+                }
+                // Expanded by `attach`.
+                Step::FromPlan(_) => continue,
             };
             return Some((Ok(chunk), (steps, killed)));
         }
@@ -143,14 +178,27 @@ impl Engine for FakeEngine {
         })
     }
 
-    fn create<'a>(&'a self, name: &'a str, _plan: &'a ContainerPlan) -> EngineFuture<'a, String> {
+    fn create<'a>(&'a self, name: &'a str, plan: &'a ContainerPlan) -> EngineFuture<'a, String> {
         self.log(format!("create {name}"));
+        if let Ok(mut last) = self.plan.lock() {
+            *last = Some(plan.clone());
+        }
         ready(name.to_string())
     }
 
     fn attach<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Attached> {
         self.log(format!("attach {id}"));
-        ready(play(self.script.steps.clone(), self.killed.subscribe()))
+        let plan = self.plan();
+        let steps = self
+            .script
+            .steps
+            .iter()
+            .flat_map(|step| match (step, &plan) {
+                (Step::FromPlan(f), Some(plan)) => (f.0)(plan),
+                (step, _) => vec![step.clone()],
+            })
+            .collect();
+        ready(play(steps, self.killed.subscribe()))
     }
 
     fn start<'a>(&'a self, id: &'a str) -> EngineFuture<'a, ()> {

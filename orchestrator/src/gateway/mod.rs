@@ -266,11 +266,12 @@ pub fn start(spec: GatewaySpec<'_>, sink: EventSink) -> Result<GatewayHandle, Ga
     })
 }
 
-/// Creates `dir` (0700, must not exist) and binds the socket in it: 0600 and handed to the
-/// session's uid/gid when golem-orch is root. Unprivileged, the socket cannot be given away;
-/// it is then 0666 inside the 0700 directory (only a bind mount of the socket itself, which
-/// the session gives its own container alone, reaches it), or 0600 when the worker runs as the
-/// invoking user.
+/// Creates `dir` (0700, must not exist) and binds the socket in it. As root, the directory
+/// and the socket (0600) are handed to the session's uid/gid: no other uid may traverse to or
+/// connect to it. Unprivileged, neither can be given away; the socket is then 0666 inside the
+/// person's 0700 directory, itself inside the session's 0700 directory, so no other host user
+/// can reach it and only the bind mount of the socket file itself (which the session gives its
+/// own container alone) does; or 0600 when the worker runs as the invoking user.
 fn bind_socket(dir: &Path, uid: u32, gid: u32) -> Result<(UnixListener, PathBuf), GatewayError> {
     let io = |what: String| move |source| GatewayError::Io { what, source };
     std::fs::DirBuilder::new()
@@ -288,6 +289,8 @@ fn bind_socket(dir: &Path, uid: u32, gid: u32) -> Result<(UnixListener, PathBuf)
     if me == 0 {
         std::os::unix::fs::chown(&socket, Some(uid), Some(gid))
             .map_err(io(format!("chown {}", socket.display())))?;
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+            .map_err(io(format!("chown {}", dir.display())))?;
     }
     Ok((listener, socket))
 }

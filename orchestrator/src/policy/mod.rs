@@ -392,6 +392,16 @@ impl Policy {
                 return err("env", format!("{name:?} is not a valid variable name"));
             }
         }
+        // The model key lives on the host, with the gateway; no policy may hand it (or the
+        // gateway's configuration) to a container, not even a person's own policy directory.
+        if let Some(name) = self.env.pass.iter().find(|n| is_model_config_var(n)) {
+            return err(
+                "env.pass",
+                format!(
+                    "{name} holds the model gateway's configuration and never enters a container"
+                ),
+            );
+        }
         if let Some(rt) = &self.runtime {
             if rt.is_empty()
                 || !rt
@@ -488,6 +498,11 @@ fn parse_user(user: &str) -> Result<Option<(u32, u32)>, String> {
     Ok(Some((uid, gid)))
 }
 
+/// The host variables the model gateway reads its upstream and key from.
+fn is_model_config_var(name: &str) -> bool {
+    name.starts_with("GOLEM_MODEL") || name == "ANTHROPIC_API_KEY" || name == "OPENAI_API_KEY"
+}
+
 fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
@@ -573,6 +588,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("u.yaml:") && msg.contains("lots"), "{msg}");
+    }
+
+    #[test]
+    fn no_policy_passes_the_model_key_or_the_gateways_configuration() {
+        for name in [
+            "GOLEM_MODEL_KEY",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "GOLEM_MODEL_BASE_URL",
+        ] {
+            let text = BUILTIN[3]
+                .1
+                .replace("  pass: []", &format!("  pass: [LANG, {name}]"));
+            assert_ne!(text, BUILTIN[3].1, "the full policy's env.pass moved");
+            let msg = Policy::from_yaml(&text, "f.yaml", TrustLevel::Full)
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains("env.pass") && msg.contains(name), "{msg}");
+        }
+        let text = BUILTIN[3].1.replace("  pass: []", "  pass: [LANG]");
+        assert!(Policy::from_yaml(&text, "f.yaml", TrustLevel::Full).is_ok());
     }
 
     #[test]

@@ -32,11 +32,13 @@ use crate::worker_uid::{self, SessionUser, UidError};
 use crate::workspace;
 
 mod failpoint;
+mod model;
 mod record;
 mod resolve;
 mod stream;
 
 use failpoint::failpoint;
+pub use model::{effective_policy as model_policy, HONEYTOKEN_PLACEHOLDER, MODEL_DIR};
 pub use record::{list, load, save, Record, SessionStatus, LOGS, RECORD};
 pub use resolve::{
     default_command, find_repo, host_paths, labels, resolve_images, session_plan, state_dirs_in,
@@ -155,6 +157,9 @@ pub enum SessionError {
     /// The state directory was replaced while the worker ran.
     #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
     StateReplaced(PathBuf),
+    /// The model gateway could not be started.
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayError),
     /// Local I/O.
     #[error("{path}: {source}")]
     Io {
@@ -178,6 +183,7 @@ impl SessionError {
                 | SessionError::Extract(_)
                 | SessionError::NoArchive(_)
                 | SessionError::ArchiveCut(_)
+                | SessionError::Gateway(_)
                 | SessionError::Io { .. }
         )
     }
@@ -224,6 +230,8 @@ pub async fn run_resolved(
         BTreeMap::new(),
         opts.allow_network,
     )?;
+    // So is model access the level cannot grant (or a `--model` outside its allowlist).
+    model::effective_policy(&opts)?;
     let mut session = Session::open(home, engine, &opts, &images.worker)?;
     let result = {
         let work = session.run_steps();
@@ -258,6 +266,8 @@ struct Session<'a> {
     input: PathBuf,
     record: Record,
     tracker: Tracker,
+    /// The model gateway, for a worker with model access (`model`).
+    model: Option<model::ModelSession>,
 }
 
 impl<'a> Session<'a> {
@@ -303,6 +313,7 @@ impl<'a> Session<'a> {
             input,
             record,
             tracker: Tracker::default(),
+            model: None,
         })
     }
 
@@ -356,6 +367,9 @@ impl<'a> Session<'a> {
         // 5 and 6. Wait for the worker, killing it at the wall-clock limit; then the init
         // streams /output, validated entry by entry while it streams, into a building stage.
         let streamed = self.collect(&plan, &worker_id, attached).await?;
+        // The worker is gone: its gateway goes too, so the transcript and usage are final.
+        self.stop_model().await?;
+        self.scan_logs(&streamed.logs)?;
         if identity(self.home.root())? != state_identity {
             return Err(SessionError::StateReplaced(self.home.root().to_path_buf()));
         }
@@ -405,6 +419,7 @@ impl<'a> Session<'a> {
         if let Some(text) = &opts.instructions {
             paths.task = Some(self.write_instructions(text)?);
         }
+        self.start_model(user, &mut paths)?;
         paths.init = image::install_init(self.home.root())?;
         let plan = session_plan(
             self.home,
@@ -414,7 +429,7 @@ impl<'a> Session<'a> {
             &self.worker.plan_command(),
             &self.owner,
         )?;
-        self.audit("session.plan", json!({ "plan": plan }))?;
+        self.audit("session.plan", json!({ "plan": self.audited_plan(&plan) }))?;
         Ok(plan)
     }
 
@@ -601,7 +616,8 @@ impl<'a> Session<'a> {
             let count = extraction.rejected_omitted;
             self.audit("entry.rejected.omitted", json!({ "count": count }))?;
         }
-        let manifest = self.manifest(&extraction, repo_head);
+        let mut manifest = self.manifest(&extraction, repo_head);
+        manifest.model = self.stage_model(&building, &extraction.files)?;
         failpoint("staging").await;
         building.commit(&manifest)?;
         let stage = Stage::new(self.home.staged_dir());
@@ -642,6 +658,7 @@ impl<'a> Session<'a> {
     /// records the final status and reports it.
     async fn clean_up(mut self, result: Result<(), Cancelled>) -> Result<Outcome, SessionError> {
         self.release_engine(result.is_err()).await?;
+        self.stop_model().await?;
         // Input copies are private bytes the person already has: they go with the session
         // unless the person keeps it for inspection.
         if !self.opts.keep {
@@ -660,6 +677,7 @@ impl<'a> Session<'a> {
         }
         self.record.updated_at = audit::now();
         self.save()?;
+        self.model_summary()?;
         let record = &self.record;
         self.audit(
             "session.finished",

@@ -95,6 +95,7 @@ pub fn host_paths(
         init: image::init_path(home.root()),
         user: None,
         other_states,
+        model: None,
     })
 }
 
@@ -201,10 +202,16 @@ pub fn session_plan(
     command: &plan::Command,
     owner: &Owner,
 ) -> Result<plan::ContainerPlan, plan::PlanError> {
+    super::model::effective_policy(opts)?;
+    let mut paths = paths.clone();
+    if paths.model.is_none() {
+        // A dry run: the session sets its own socket and key before it plans.
+        paths.model = super::model::preview_mount(opts, &paths);
+    }
     plan::build(
         id,
         &opts.policy,
-        paths,
+        &paths,
         command,
         labels(home, id, owner),
         opts.allow_network,

@@ -359,3 +359,5 @@ async fn a_cancelled_session_is_cancelled_and_its_container_removed() {
     assert_nothing_staged(&f, &outcome, &engine);
     assert!(!f.home.session_dir(&outcome.session).join("input").exists());
 }
+
+mod model;
