@@ -1,5 +1,6 @@
 //! Attacks on the model gateway (issue 13): a session that may use a model gets one Unix socket,
-//! bind-mounted at `/run/golem/model.sock`, behind which golem-orch holds the key and the
+//! bind-mounted at a random `/.golem-model-*.sock` named by `GOLEM_MODEL_SOCKET`, behind
+//! which golem-orch holds the key and the
 //! budget. Everything here is real: the engine, the container, the socket, the gateway, the
 //! agent worker. Only the provider is scripted: `golem-test-upstream` listens on 127.0.0.1 in
 //! the test process, answers from a script and records every request it received, so a story
@@ -33,6 +34,10 @@ struct Provider {
     /// An empty config home, so the person's own `model.yaml` never joins in.
     xdg: tempfile::TempDir,
 }
+
+/// Where a session's socket appears in its container: this prefix and a random name, which the
+/// worker learns from `GOLEM_MODEL_SOCKET`.
+const SOCKET_PREFIX: &str = "/.golem-model-";
 
 /// The model the host names (`GOLEM_MODEL`), which `allow: [host]` resolves to.
 const HOST_MODEL: &str = "scripted-model-1";
@@ -81,8 +86,12 @@ impl Provider {
     }
 }
 
-/// Writes `workers/<name>.worker`: the hostile image asking for a model, running `command`.
+/// Writes `workers/<name>.worker`: the hostile image asking for a model, running `command`
+/// (and a `golem.yaml`, which makes the directory a project whose workers are read).
 fn model_worker(g: &Golem, name: &str, command: &[&str]) {
+    if !g.project.path().join("golem.yaml").exists() {
+        g.file("golem.yaml", "levels: {}\n");
+    }
     let command = serde_json::to_string(command).expect("command");
     g.file(
         &format!("workers/{name}.worker"),
@@ -208,7 +217,8 @@ attack! {
             assert_eq!((a["attempted"].clone(), a["ok"].clone()), (json!(true), json!(false)), "{a}");
         }
         let env = &probe["env"];
-        assert_eq!(env["GOLEM_MODEL_SOCKET"], "/run/golem/model.sock", "{env}");
+        let socket = env["GOLEM_MODEL_SOCKET"].as_str().unwrap_or_default();
+        assert!(socket.starts_with(SOCKET_PREFIX) && socket.ends_with(".sock"), "{env}");
         assert!(env.get("ANTHROPIC_API_KEY").is_some(), "no honeytoken in {env}");
         assert_eq!(p.requests().len(), 0);
     }
@@ -317,7 +327,7 @@ attack! {
         let view = std::fs::read(g.staged_files(&run.staged()).join("leak.bin")).unwrap();
         assert!(view.len() > 1000, "the worker saw too little to be convincing");
         assert!(contains(&view, b"ANTHROPIC_API_KEY="), "no honeytoken in the container's env");
-        assert!(contains(&view, b"/run/golem/model.sock"), "the socket mount is not in mountinfo");
+        assert!(contains(&view, SOCKET_PREFIX.as_bytes()), "the socket mount is not in mountinfo");
         assert!(!contains(&view, key), "the key is visible inside the container");
         assert_eq!(files_containing(&g.home, key), Vec::<PathBuf>::new(), "the key is in the state directory");
         assert!(!contains(&out.stdout, key) && !contains(&out.stderr, key));
@@ -391,9 +401,10 @@ fn session_a_cannot_reach_session_bs_socket() {
         .expect(Status::Staged);
     let r = results(&g, &a);
     assert_eq!(result(&r, "socket")["connected"], false, "{r:?}");
-    assert_eq!(
-        result(&r, "sockets")["found"],
-        json!(["/run/golem/model.sock"]),
+    let found = result(&r, "sockets")["found"].clone();
+    assert_eq!(found.as_array().map(Vec::len), Some(1), "{r:?}");
+    assert!(
+        found[0].as_str().unwrap().starts_with(SOCKET_PREFIX),
         "{r:?}"
     );
     assert_eq!(result(&r, "ask")["status"], 200);
@@ -519,6 +530,7 @@ attack! {
     fn a_socket_path_symlinked_by_the_image_cannot_redirect_the_mount(g)
     given {
         let image = SymlinkImage::build();
+        g.file("golem.yaml", "levels: {}\n");
         g.file(
             "workers/mal.worker",
             format!("---\nname: mal\ndescription: symlinked socket dir\nimage: {}\ncommand: [model, ask, sockets]\ntrust: session\nmodel: true\n---\nx\n", image.0),
@@ -608,7 +620,8 @@ attack! {
         let files = g.staged_files(&run.staged());
         let summary = std::fs::read_to_string(files.join("summary.md")).expect("summary.md");
         assert!(summary.contains("## paper.pdf"), "{summary}");
-        let agent = std::fs::read_to_string(files.join("agent.md")).expect("agent.md");
+        // agent.md escapes Markdown (`read\_file`); read it as a person would see it.
+        let agent = std::fs::read_to_string(files.join("agent.md")).expect("agent.md").replace('\\', "");
         assert!(agent.contains("read_file") && agent.contains("write_file"), "{agent}");
         assert!(agent.contains(TASK), "{agent}");
         let staged_dir = g.home.join("staged").join(run.staged());

@@ -185,7 +185,11 @@ fn sockets_under(dir: &Path, found: &mut Vec<String>, depth: u32) {
         return;
     };
     for e in entries.flatten() {
-        let Ok(t) = e.file_type() else { continue };
+        // lstat, not the directory entry's type: a bind-mounted socket shows in readdir as
+        // the file it was mounted over.
+        let Ok(t) = e.path().symlink_metadata().map(|m| m.file_type()) else {
+            continue;
+        };
         if t.is_socket() {
             found.push(e.path().display().to_string());
         } else if t.is_dir() {
