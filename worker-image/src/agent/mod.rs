@@ -32,7 +32,9 @@ use http::Client;
 use protocol::{Api, Conversation, Usage};
 use tools::{InputInfo, Roots, Tools};
 
-/// Where the host mounts the gateway's socket.
+/// The socket used when neither `--socket` nor `$GOLEM_MODEL_SOCKET` names one (running by
+/// hand). golem-orch always sets the variable: it mounts the socket at a random path per
+/// session, so that an image's own symlinks cannot move the mount point.
 pub const DEFAULT_SOCKET: &str = "/run/golem/model.sock";
 /// The environment variable naming the socket.
 pub const SOCKET_ENV: &str = "GOLEM_MODEL_SOCKET";
