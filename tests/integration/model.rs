@@ -580,6 +580,49 @@ attack! {
     }
 }
 
+attack! {
+    /// The fake key is looked for beyond requests: a worker that writes its environment into
+    /// its output and prints it to its logs is flagged too, with a high audit line for each
+    /// place. Attacks the session's honeytoken scan of the staged files and the logs.
+    fn the_honeytoken_in_the_output_or_the_logs_is_caught(g)
+    given { model_worker(&g, "mal", &["echo-env"]); }
+    {
+        let p = Provider::start("anthropic", vec![]);
+        let run = run_worker(&g, &p, "mal").expect(Status::Staged);
+        assert_eq!(manifest(&g, &run)["model"]["honeytoken_seen"], true);
+        let places: Vec<Value> = events(&g, &run.session(), "model.honeytoken")
+            .iter()
+            .map(|e| e["data"]["where"].clone())
+            .collect();
+        assert!(places.contains(&json!("output")) && places.contains(&json!("logs")), "{places:?}");
+        assert_eq!(p.requests().len(), 0);
+    }
+}
+
+attack! {
+    /// What the model answered reaches the person's terminal only through the rendering gate:
+    /// `transcript` shows an answer full of escape sequences (a title change, colours, a
+    /// bidi override) visibly, never raw. Attacks `transcript`'s printing path.
+    fn a_models_answer_cannot_drive_the_terminal_through_the_transcript(g)
+    given { model_worker(&g, "mal", &["model", "ask"]); }
+    {
+        let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[31mred\u{1b}[0m \u{202e}evil\u{9b}2J";
+        let p = Provider::start("openai", vec![Reply::text(hostile)]);
+        let run = run_worker(&g, &p, "mal").expect(Status::Staged);
+        let staged = run.staged();
+        for args in [vec!["transcript", staged.as_str()], vec!["transcript", staged.as_str(), "--json"], vec!["show", staged.as_str()]] {
+            let out = g.output(&args);
+            assert!(out.status.success(), "{args:?}: {}", stderr_text(&out));
+            let text = String::from_utf8_lossy(&out.stdout);
+            for bad in ['\u{1b}', '\u{7}', '\u{202e}', '\u{9b}'] {
+                assert!(!text.contains(bad), "{args:?} printed {bad:?} raw: {text:?}");
+            }
+        }
+        let shown = String::from_utf8_lossy(&g.output(["transcript", staged.as_str()]).stdout).into_owned();
+        assert!(shown.contains("pwned"), "the answer is not shown at all: {shown}");
+    }
+}
+
 // --------------------------------------------------------------------------- the agent
 
 /// The two documents of the end-to-end story, in the project.
