@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::audit::{self, Audit};
 use crate::engine::Engine;
 use crate::extract::{ExtractedFile, Rejected};
+use crate::gateway::ModelUsage;
 use crate::home::{self, write_atomic, Home};
 use crate::intake::{self, FileId, InputRecord, Source};
 use crate::session::{self, Images, Outcome, RunOptions, SessionError};
@@ -103,6 +104,9 @@ pub struct Document {
     /// same identity) and refuses anything swapped in meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<Pinned>,
+    /// Its session's use of the model gateway (AI workers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelUsage>,
 }
 
 /// Where a listed document is and which file it was, so it is never re-resolved by path.
@@ -206,6 +210,9 @@ pub struct Summary {
     pub rejected_entries: u64,
     /// Bytes staged across all documents.
     pub bytes_staged: u64,
+    /// Model use summed over the documents; absent when none had model access.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelUsage>,
 }
 
 impl BatchState {
@@ -241,6 +248,13 @@ impl Record {
             }
             s.rejected_entries += d.rejected;
             s.bytes_staged += d.bytes;
+            if let Some(m) = &d.model {
+                let sum = s.model.get_or_insert_with(ModelUsage::default);
+                sum.requests += m.requests;
+                sum.input_tokens += m.input_tokens;
+                sum.output_tokens += m.output_tokens;
+                sum.refused += m.refused;
+            }
         }
         s
     }
@@ -272,6 +286,9 @@ pub enum BatchError {
     /// Nothing to do.
     #[error("no documents found in the given inputs")]
     Empty,
+    /// `--stage-as-one` would fold transcripts away; each document keeps its own instead.
+    #[error("--stage-as-one is not available for AI workers: each document's staged commit keeps its own model transcript for review; run the batch without it{0}")]
+    StageAsOneWithModel(String),
     /// A batch id that matches no record, or several.
     #[error(transparent)]
     Home(#[from] crate::home::HomeError),
@@ -343,6 +360,7 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
             rejected: 0,
             retry: false,
             pinned,
+            model: None,
         });
     };
     for source in intake::classify(inputs)? {
@@ -432,6 +450,9 @@ pub async fn run(
     progress: &dyn Progress,
     cancel: impl std::future::Future<Output = ()>,
 ) -> Result<Record, BatchError> {
+    if record.settings.stage_as_one && template.model.is_some() {
+        return Err(BatchError::StageAsOneWithModel(String::new()));
+    }
     let audit = Audit::new(home.audit_path());
     record.state = BatchState::Running;
     save(home, &record)?;
@@ -566,6 +587,7 @@ fn record_outcome(d: &mut Document, outcome: Result<Outcome, SessionError>) {
             d.bytes = o.bytes;
             d.rejected = o.rejected;
             d.retry = o.host_failure;
+            d.model = o.model;
         }
         Err(e) => {
             d.status = DocStatus::Failed;
@@ -682,6 +704,12 @@ fn copy_part(
     combined: &mut Combined,
 ) -> Result<Manifest, BatchError> {
     let (m, sha256) = stage.manifest_with_sha256(staged)?;
+    if m.model.is_some() {
+        // Never fold a transcript away silently (see [`BatchError::StageAsOneWithModel`]).
+        return Err(BatchError::StageAsOneWithModel(format!(
+            " ({folder} has one)"
+        )));
+    }
     if anchored.get(staged) != Some(&sha256) {
         return Err(StageError::Tampered {
             id: staged.to_string(),
@@ -793,6 +821,7 @@ mod tests {
             rejected: 0,
             retry,
             pinned: None,
+            model: None,
         }
     }
 
@@ -878,5 +907,40 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["settings"]["trust_level"], "session");
         assert_eq!(v["settings"]["jobs"], 3);
+    }
+
+    #[test]
+    fn model_use_is_kept_per_document_and_summed() {
+        let usage = |requests, refused| ModelUsage {
+            requests,
+            input_tokens: 100 * requests,
+            output_tokens: 10 * requests,
+            refused,
+        };
+        let with = |status, m| Document {
+            model: m,
+            ..doc(status, false)
+        };
+        let docs = vec![
+            with(DocStatus::Staged, Some(usage(2, 0))),
+            with(DocStatus::Partial, Some(usage(3, 1))),
+            with(DocStatus::Failed, None),
+        ];
+        let settings = Settings {
+            spec: RunSpec::new(crate::policy::TrustLevel::Untrusted),
+            jobs: 1,
+            stage_as_one: false,
+        };
+        let r = new_record(settings.clone(), docs);
+        assert_eq!(r.summary().model, Some(usage(5, 1)));
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["model"]["input_tokens"], 500);
+        // The record keeps each document's use across a resume.
+        let back: Record = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back.documents[1].model, Some(usage(3, 1)));
+        // Without model workers the summary says nothing about models.
+        let plain = new_record(settings, vec![doc(DocStatus::Staged, false)]);
+        let v = serde_json::to_value(plain.summary()).unwrap();
+        assert!(v.get("model").is_none(), "{v}");
     }
 }

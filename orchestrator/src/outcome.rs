@@ -134,6 +134,7 @@ mod tests {
             rejected: 0,
             retry: false,
             pinned: None,
+            model: None,
         };
         let settings = crate::batch::Settings {
             spec: crate::spec::RunSpec::new(crate::policy::TrustLevel::Untrusted),

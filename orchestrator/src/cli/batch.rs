@@ -69,7 +69,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
     }
     let documents = batch::documents(&inputs)?;
     let settings = batch::Settings {
-        spec: args.worker.spec(&args.intake, &args.command),
+        spec: args.worker.spec(&args.intake, &args.command)?,
         jobs: args
             .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
