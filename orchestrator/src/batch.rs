@@ -23,6 +23,9 @@ use crate::session::{self, Images, Outcome, RunOptions, SessionError};
 use crate::spec::RunSpec;
 use crate::stage::{self, Manifest, Stage, StageError, Status};
 
+/// The batch's counts, computed in [`crate::outcome`] with the rest of how endings read.
+pub use crate::outcome::Summary;
+
 /// Where a document is in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -185,36 +188,6 @@ pub struct Record {
     pub staged: Option<String>,
 }
 
-/// Counts for the summary table and `--json`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
-    /// Documents in the batch.
-    pub total: usize,
-    /// Staged with exit 0.
-    pub succeeded: usize,
-    /// Staged with a non-zero exit.
-    pub partial: usize,
-    /// Failed.
-    pub failed: usize,
-    /// Timed out.
-    pub timed_out: usize,
-    /// OOM-killed.
-    pub oom: usize,
-    /// Output rejected as a whole.
-    pub rejected: usize,
-    /// Not run (cancelled or pending).
-    pub not_run: usize,
-    /// Failed for a reason outside the document; `--resume` runs them again.
-    pub retryable: usize,
-    /// Entries rejected across all documents.
-    pub rejected_entries: u64,
-    /// Bytes staged across all documents.
-    pub bytes_staged: u64,
-    /// Model use summed over the documents; absent when none had model access.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<ModelUsage>,
-}
-
 impl BatchState {
     /// The lowercase word used in JSON and listings.
     pub fn as_str(self) -> &'static str {
@@ -223,40 +196,6 @@ impl BatchState {
             BatchState::Finished => "finished",
             BatchState::Cancelled => "cancelled",
         }
-    }
-}
-
-impl Record {
-    /// The summary of the documents' outcomes.
-    pub fn summary(&self) -> Summary {
-        let mut s = Summary {
-            total: self.documents.len(),
-            ..Summary::default()
-        };
-        for d in &self.documents {
-            match d.status {
-                DocStatus::Staged => s.succeeded += 1,
-                DocStatus::Partial => s.partial += 1,
-                DocStatus::Failed => {
-                    s.failed += 1;
-                    s.retryable += usize::from(d.retry);
-                }
-                DocStatus::Timeout => s.timed_out += 1,
-                DocStatus::Oom => s.oom += 1,
-                DocStatus::Rejected => s.rejected += 1,
-                DocStatus::Pending | DocStatus::Running | DocStatus::Cancelled => s.not_run += 1,
-            }
-            s.rejected_entries += d.rejected;
-            s.bytes_staged += d.bytes;
-            if let Some(m) = &d.model {
-                let sum = s.model.get_or_insert_with(ModelUsage::default);
-                sum.requests += m.requests;
-                sum.input_tokens += m.input_tokens;
-                sum.output_tokens += m.output_tokens;
-                sum.refused += m.refused;
-            }
-        }
-        s
     }
 }
 

@@ -132,11 +132,11 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
 fn show_model(stage: &Stage, id: &str, m: &golem_orch::stage::Manifest) {
     let Some(record) = &m.model else { return };
     let exchanges = match transcript::load(stage, id, m) {
-        Ok(ex) => ex.len().to_string(),
-        Err(e) => format!("unreadable: {}", line(&e.to_string())),
+        Ok(ex) => format!("{} exchange(s)", ex.len()),
+        Err(e) => format!("UNREADABLE: {}", line(&e.to_string())),
     };
     outln!(
-        "\ntranscript ({exchanges} exchange(s); {})  golem-orch transcript {}",
+        "\ntranscript ({exchanges}; {})  golem-orch transcript {}",
         present::model_usage(&record.usage),
         home::short(id)
     );
