@@ -154,6 +154,38 @@ pub fn load(
     parse(id, &read_verified(stage, id, manifest)?)
 }
 
+/// One exchange as a person reads it: a heading (seq, model, status, why refused, tokens,
+/// latency), then both bodies as pretty JSON. Every value is rendered inert here (the bodies are
+/// whatever a hostile document made the worker send and the model answer), so the text is safe
+/// to print as it is.
+pub fn render_exchange(x: &Exchange) -> Result<String, serde_json::Error> {
+    use crate::render::line;
+    let mut head = format!(
+        "#{}  {}  status {}  {} in / {} out tokens  {} ms",
+        x.seq,
+        line(x.model.as_deref().unwrap_or("-")),
+        x.status,
+        x.input_tokens,
+        x.output_tokens,
+        x.latency_ms
+    );
+    let extras = [
+        ("refused", &x.refused),
+        ("error", &x.error),
+        ("document", &x.document),
+    ];
+    for (what, value) in extras {
+        if let Some(v) = value {
+            head.push_str(&format!("  {what}: {}", line(v)));
+        }
+    }
+    Ok(format!(
+        "{head}\nrequest:\n{}\nresponse:\n{}\n",
+        crate::render::json(&x.request)?,
+        crate::render::json(&x.response)?
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,6 +241,38 @@ mod tests {
         );
         assert_eq!(ex[0].response, Value::String("not json".into()));
         assert_eq!(ex[1].refused.as_deref(), Some("model not allowed"));
+    }
+
+    #[test]
+    fn an_exchange_renders_inert_with_its_heading_and_bodies() {
+        let (_d, stage, m) = staged(LINES.as_bytes(), Some(sha256_hex(LINES.as_bytes())));
+        let ex = load(&stage, "x", &m).unwrap();
+        let text = render_exchange(&ex[0]).unwrap();
+        assert!(
+            text.starts_with("#1  m  status 200  3 in / 4 out tokens  5 ms\nrequest:\n{"),
+            "{text}"
+        );
+        assert!(text.contains("response:\n\"not json\""), "{text}");
+        let hostile = Exchange {
+            model: Some("m\x1b]52;c;aGk=\x07".into()),
+            refused: Some("x\nforged line".into()),
+            request: serde_json::json!({"content": "hi \u{1b}[8m hidden \u{202e}"}),
+            ..ex[1].clone()
+        };
+        let text = render_exchange(&hostile).unwrap();
+        assert!(
+            !text
+                .chars()
+                .any(golem_protocol::chars::is_dangerous_in_text),
+            "{text:?}"
+        );
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains("refused: x\\nforged line"),
+            "{text}"
+        );
     }
 
     #[test]

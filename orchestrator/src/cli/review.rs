@@ -159,27 +159,7 @@ pub(super) fn transcript(home: &Home, id: &str, json: bool) -> Result<ExitCode> 
         outln!("HIGH: the container's fake key was seen in this session; look for it below.\n");
     }
     for x in &exchanges {
-        let mut head = format!(
-            "#{}  {}  status {}  {} in / {} out tokens  {} ms",
-            x.seq,
-            line(x.model.as_deref().unwrap_or("-")),
-            x.status,
-            x.input_tokens,
-            x.output_tokens,
-            x.latency_ms
-        );
-        if let Some(why) = &x.refused {
-            head.push_str(&format!("  refused: {}", line(why)));
-        }
-        if let Some(e) = &x.error {
-            head.push_str(&format!("  error: {}", line(e)));
-        }
-        if let Some(doc) = &x.document {
-            head.push_str(&format!("  document: {}", line(doc)));
-        }
-        outln!("{head}");
-        outln!("request:\n{}", render::json(&x.request)?);
-        outln!("response:\n{}\n", render::json(&x.response)?);
+        outln!("{}", transcript::render_exchange(x)?);
     }
     outln!("{} exchange(s)", exchanges.len());
     Ok(ExitCode::SUCCESS)
