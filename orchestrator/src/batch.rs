@@ -389,9 +389,7 @@ pub async fn run(
     progress: &dyn Progress,
     cancel: impl std::future::Future<Output = ()>,
 ) -> Result<Record, BatchError> {
-    if record.settings.stage_as_one && template.model.is_some() {
-        return Err(BatchError::StageAsOneWithModel(String::new()));
-    }
+    check_settings(&record.settings, &template)?;
     let audit = Audit::new(home.audit_path());
     record.state = BatchState::Running;
     save(home, &record)?;
@@ -434,6 +432,15 @@ pub async fn run(
     };
     let record = lock(&turns.shared).clone();
     conclude(home, &audit, record, cancelled)
+}
+
+/// Refuses what a batch cannot do faithfully, before anything runs: `--stage-as-one` for an AI
+/// worker would fold each document's transcript away, so each document keeps its own commit.
+pub fn check_settings(settings: &Settings, template: &RunOptions) -> Result<(), BatchError> {
+    if settings.stage_as_one && template.model.is_some() {
+        return Err(BatchError::StageAsOneWithModel(String::new()));
+    }
+    Ok(())
 }
 
 /// What every document's turn shares: the engine, the resolved session template and the record.
@@ -881,5 +888,40 @@ mod tests {
         let plain = new_record(settings, vec![doc(DocStatus::Staged, false)]);
         let v = serde_json::to_value(plain.summary()).unwrap();
         assert!(v.get("model").is_none(), "{v}");
+    }
+
+    #[test]
+    fn stage_as_one_is_refused_for_ai_workers_in_one_line() {
+        let env = |name: &str| match name {
+            "GOLEM_MODEL_API" => Some("openai".to_string()),
+            "GOLEM_MODEL_KEY" => Some("k".to_string()),
+            "GOLEM_MODEL" => Some("llama3.1".to_string()),
+            _ => None,
+        };
+        let place = crate::spec::Place::default();
+        let mut settings = Settings {
+            spec: RunSpec {
+                worker: Some("agent".into()),
+                ..RunSpec::new(crate::policy::TrustLevel::Untrusted)
+            },
+            jobs: 1,
+            stage_as_one: true,
+        };
+        let template = settings.spec.resolve_in(&place, None, &env).unwrap();
+        let err = check_settings(&settings, &template)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--stage-as-one") && err.contains("transcript"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+        settings.stage_as_one = false;
+        assert!(check_settings(&settings, &template).is_ok());
+        // Other workers still stage as one.
+        settings.stage_as_one = true;
+        settings.spec.worker = None;
+        let plain = settings.spec.resolve_in(&place, None, &env).unwrap();
+        assert!(check_settings(&settings, &plain).is_ok());
     }
 }

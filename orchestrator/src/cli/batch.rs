@@ -29,6 +29,7 @@ pub(super) async fn batch_cmd(
     };
     // The same spec the first run resolved: a resumed batch runs the rest exactly the same way.
     let template = record.settings.spec.resolve(&Place::here(policy_dir))?;
+    batch::check_settings(&record.settings, &template)?;
     let (engine, _) = engine::connect().await?;
     if let Err(e) = gc::collect(&engine, &home, gc::Scope::Home).await {
         tracing::warn!("gc before batch failed: {e}");
