@@ -7,16 +7,12 @@
 //! than shown. Parsing is lenient about what a line holds (bodies are whatever the worker and the
 //! upstream sent) but strict about the line being a JSON object.
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::stage::{self, Manifest, Stage};
 
-/// The most bytes of transcript read: far above what a session's budget can produce.
-pub const MAX_TRANSCRIPT_BYTES: u64 = 512 << 20;
+pub use crate::stage::MAX_TRANSCRIPT_BYTES;
 
 /// One exchange as the gateway wrote it: the record and both bodies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,45 +85,6 @@ pub enum TranscriptError {
     },
 }
 
-/// The staged transcript's bytes, exactly as staged: checked against the manifest's hash.
-pub fn read_verified(
-    stage: &Stage,
-    id: &str,
-    manifest: &Manifest,
-) -> Result<Vec<u8>, TranscriptError> {
-    let record = manifest
-        .model
-        .as_ref()
-        .ok_or_else(|| TranscriptError::None(id.to_string()))?;
-    let tampered = |what: String| TranscriptError::Tampered {
-        id: id.to_string(),
-        what,
-    };
-    let path = stage.dir(id).join(stage::TRANSCRIPT);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|e| tampered(format!("{}: {e}", stage::TRANSCRIPT)))?;
-    let meta = file.metadata().map_err(|e| tampered(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(tampered("not a regular file".into()));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_TRANSCRIPT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| tampered(e.to_string()))?;
-    if bytes.len() as u64 > MAX_TRANSCRIPT_BYTES {
-        return Err(tampered(format!(
-            "larger than {MAX_TRANSCRIPT_BYTES} bytes"
-        )));
-    }
-    if crate::gateway::transcript::sha256_hex(&bytes) != record.transcript_sha256 {
-        return Err(tampered("it does not match the manifest's sha256".into()));
-    }
-    Ok(bytes)
-}
-
 /// The exchanges of a transcript, in file order (blank lines skipped).
 pub fn parse(id: &str, bytes: &[u8]) -> Result<Vec<Exchange>, TranscriptError> {
     let mut out = Vec::new();
@@ -151,7 +108,30 @@ pub fn load(
     id: &str,
     manifest: &Manifest,
 ) -> Result<Vec<Exchange>, TranscriptError> {
-    parse(id, &read_verified(stage, id, manifest)?)
+    match stage.transcript(id, manifest) {
+        Ok(Some(bytes)) => parse(id, &bytes),
+        Ok(None) => Err(TranscriptError::None(id.to_string())),
+        Err(e) => Err(TranscriptError::from_stage(id, e)),
+    }
+}
+
+/// The staged commit's exchanges, with the manifest first matched to the audit log's record of
+/// it ([`stage::read_transcript`]): what `golem-orch transcript` shows.
+pub fn load_verified(home: &crate::home::Home, id: &str) -> Result<Vec<Exchange>, TranscriptError> {
+    match stage::read_transcript(home, id) {
+        Ok(Some(bytes)) => parse(id, &bytes),
+        Ok(None) => Err(TranscriptError::None(id.to_string())),
+        Err(e) => Err(TranscriptError::from_stage(id, e)),
+    }
+}
+
+impl TranscriptError {
+    fn from_stage(id: &str, e: stage::StageError) -> TranscriptError {
+        TranscriptError::Tampered {
+            id: id.to_string(),
+            what: e.to_string(),
+        }
+    }
 }
 
 /// One exchange as a person reads it: a heading (seq, model, status, why refused, tokens,

@@ -150,7 +150,7 @@ pub(super) fn transcript(home: &Home, id: &str, json: bool) -> Result<ExitCode> 
     let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
     let stage = Stage::new(home.staged_dir());
     let m = stage.manifest(&id)?;
-    let exchanges = transcript::load(&stage, &id, &m)?;
+    let exchanges = transcript::load_verified(home, &id)?;
     if json {
         print_json(&json!({ "staged": id, "model": m.model, "exchanges": exchanges }))?;
         return Ok(ExitCode::SUCCESS);
