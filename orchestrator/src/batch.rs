@@ -16,11 +16,15 @@ use serde_json::json;
 use crate::audit::{self, Audit};
 use crate::engine::Engine;
 use crate::extract::{ExtractedFile, Rejected};
+use crate::gateway::ModelUsage;
 use crate::home::{self, write_atomic, Home};
 use crate::intake::{self, FileId, InputRecord, Source};
 use crate::session::{self, Images, Outcome, RunOptions, SessionError};
 use crate::spec::RunSpec;
 use crate::stage::{self, Manifest, Stage, StageError, Status};
+
+/// The batch's counts, computed in [`crate::outcome`] with the rest of how endings read.
+pub use crate::outcome::Summary;
 
 /// Where a document is in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +107,9 @@ pub struct Document {
     /// same identity) and refuses anything swapped in meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<Pinned>,
+    /// Its session's use of the model gateway (AI workers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelUsage>,
 }
 
 /// Where a listed document is and which file it was, so it is never re-resolved by path.
@@ -181,33 +188,6 @@ pub struct Record {
     pub staged: Option<String>,
 }
 
-/// Counts for the summary table and `--json`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
-    /// Documents in the batch.
-    pub total: usize,
-    /// Staged with exit 0.
-    pub succeeded: usize,
-    /// Staged with a non-zero exit.
-    pub partial: usize,
-    /// Failed.
-    pub failed: usize,
-    /// Timed out.
-    pub timed_out: usize,
-    /// OOM-killed.
-    pub oom: usize,
-    /// Output rejected as a whole.
-    pub rejected: usize,
-    /// Not run (cancelled or pending).
-    pub not_run: usize,
-    /// Failed for a reason outside the document; `--resume` runs them again.
-    pub retryable: usize,
-    /// Entries rejected across all documents.
-    pub rejected_entries: u64,
-    /// Bytes staged across all documents.
-    pub bytes_staged: u64,
-}
-
 impl BatchState {
     /// The lowercase word used in JSON and listings.
     pub fn as_str(self) -> &'static str {
@@ -216,33 +196,6 @@ impl BatchState {
             BatchState::Finished => "finished",
             BatchState::Cancelled => "cancelled",
         }
-    }
-}
-
-impl Record {
-    /// The summary of the documents' outcomes.
-    pub fn summary(&self) -> Summary {
-        let mut s = Summary {
-            total: self.documents.len(),
-            ..Summary::default()
-        };
-        for d in &self.documents {
-            match d.status {
-                DocStatus::Staged => s.succeeded += 1,
-                DocStatus::Partial => s.partial += 1,
-                DocStatus::Failed => {
-                    s.failed += 1;
-                    s.retryable += usize::from(d.retry);
-                }
-                DocStatus::Timeout => s.timed_out += 1,
-                DocStatus::Oom => s.oom += 1,
-                DocStatus::Rejected => s.rejected += 1,
-                DocStatus::Pending | DocStatus::Running | DocStatus::Cancelled => s.not_run += 1,
-            }
-            s.rejected_entries += d.rejected;
-            s.bytes_staged += d.bytes;
-        }
-        s
     }
 }
 
@@ -272,6 +225,9 @@ pub enum BatchError {
     /// Nothing to do.
     #[error("no documents found in the given inputs")]
     Empty,
+    /// `--stage-as-one` would fold transcripts away; each document keeps its own instead.
+    #[error("--stage-as-one is not available for AI workers: each document's staged commit keeps its own model transcript for review; run the batch without it{0}")]
+    StageAsOneWithModel(String),
     /// A batch id that matches no record, or several.
     #[error(transparent)]
     Home(#[from] crate::home::HomeError),
@@ -343,6 +299,7 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
             rejected: 0,
             retry: false,
             pinned,
+            model: None,
         });
     };
     for source in intake::classify(inputs)? {
@@ -432,6 +389,7 @@ pub async fn run(
     progress: &dyn Progress,
     cancel: impl std::future::Future<Output = ()>,
 ) -> Result<Record, BatchError> {
+    check_settings(&record.settings, &template)?;
     let audit = Audit::new(home.audit_path());
     record.state = BatchState::Running;
     save(home, &record)?;
@@ -474,6 +432,15 @@ pub async fn run(
     };
     let record = lock(&turns.shared).clone();
     conclude(home, &audit, record, cancelled)
+}
+
+/// Refuses what a batch cannot do faithfully, before anything runs: `--stage-as-one` for an AI
+/// worker would fold each document's transcript away, so each document keeps its own commit.
+pub fn check_settings(settings: &Settings, template: &RunOptions) -> Result<(), BatchError> {
+    if settings.stage_as_one && template.model.is_some() {
+        return Err(BatchError::StageAsOneWithModel(String::new()));
+    }
+    Ok(())
 }
 
 /// What every document's turn shares: the engine, the resolved session template and the record.
@@ -566,6 +533,7 @@ fn record_outcome(d: &mut Document, outcome: Result<Outcome, SessionError>) {
             d.bytes = o.bytes;
             d.rejected = o.rejected;
             d.retry = o.host_failure;
+            d.model = o.model;
         }
         Err(e) => {
             d.status = DocStatus::Failed;
@@ -682,6 +650,12 @@ fn copy_part(
     combined: &mut Combined,
 ) -> Result<Manifest, BatchError> {
     let (m, sha256) = stage.manifest_with_sha256(staged)?;
+    if m.model.is_some() {
+        // Never fold a transcript away silently (see [`BatchError::StageAsOneWithModel`]).
+        return Err(BatchError::StageAsOneWithModel(format!(
+            " ({folder} has one)"
+        )));
+    }
     if anchored.get(staged) != Some(&sha256) {
         return Err(StageError::Tampered {
             id: staged.to_string(),
@@ -793,6 +767,7 @@ mod tests {
             rejected: 0,
             retry,
             pinned: None,
+            model: None,
         }
     }
 
@@ -878,5 +853,75 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["settings"]["trust_level"], "session");
         assert_eq!(v["settings"]["jobs"], 3);
+    }
+
+    #[test]
+    fn model_use_is_kept_per_document_and_summed() {
+        let usage = |requests, refused| ModelUsage {
+            requests,
+            input_tokens: 100 * requests,
+            output_tokens: 10 * requests,
+            refused,
+        };
+        let with = |status, m| Document {
+            model: m,
+            ..doc(status, false)
+        };
+        let docs = vec![
+            with(DocStatus::Staged, Some(usage(2, 0))),
+            with(DocStatus::Partial, Some(usage(3, 1))),
+            with(DocStatus::Failed, None),
+        ];
+        let settings = Settings {
+            spec: RunSpec::new(crate::policy::TrustLevel::Untrusted),
+            jobs: 1,
+            stage_as_one: false,
+        };
+        let r = new_record(settings.clone(), docs);
+        assert_eq!(r.summary().model, Some(usage(5, 1)));
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["model"]["input_tokens"], 500);
+        // The record keeps each document's use across a resume.
+        let back: Record = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back.documents[1].model, Some(usage(3, 1)));
+        // Without model workers the summary says nothing about models.
+        let plain = new_record(settings, vec![doc(DocStatus::Staged, false)]);
+        let v = serde_json::to_value(plain.summary()).unwrap();
+        assert!(v.get("model").is_none(), "{v}");
+    }
+
+    #[test]
+    fn stage_as_one_is_refused_for_ai_workers_in_one_line() {
+        let env = |name: &str| match name {
+            "GOLEM_MODEL_API" => Some("openai".to_string()),
+            "GOLEM_MODEL_KEY" => Some("k".to_string()),
+            "GOLEM_MODEL" => Some("llama3.1".to_string()),
+            _ => None,
+        };
+        let place = crate::spec::Place::default();
+        let mut settings = Settings {
+            spec: RunSpec {
+                worker: Some("agent".into()),
+                ..RunSpec::new(crate::policy::TrustLevel::Untrusted)
+            },
+            jobs: 1,
+            stage_as_one: true,
+        };
+        let template = settings.spec.resolve_in(&place, None, &env).unwrap();
+        let err = check_settings(&settings, &template)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--stage-as-one") && err.contains("transcript"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+        settings.stage_as_one = false;
+        assert!(check_settings(&settings, &template).is_ok());
+        // Other workers still stage as one.
+        settings.stage_as_one = true;
+        settings.spec.worker = None;
+        let plain = settings.spec.resolve_in(&place, None, &env).unwrap();
+        assert!(check_settings(&settings, &plain).is_ok());
     }
 }

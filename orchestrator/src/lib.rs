@@ -29,6 +29,7 @@ pub mod session;
 pub mod spec;
 pub mod stage;
 pub mod target;
+pub mod transcript;
 pub mod units;
 pub mod urlcheck;
 pub mod worker_uid;

@@ -4,7 +4,10 @@
 //! `run` and `batch` used to spell the mapping out separately; here it is written once, so a
 //! new ending cannot be reported one way by `run` and another by `batch`.
 
+use serde::Serialize;
+
 use crate::batch::{BatchState, DocStatus, Record};
+use crate::gateway::ModelUsage;
 use crate::session::{Outcome, SessionStatus};
 
 impl SessionStatus {
@@ -73,6 +76,70 @@ impl Record {
     }
 }
 
+/// Counts for the summary table and `--json`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Documents in the batch.
+    pub total: usize,
+    /// Staged with exit 0.
+    pub succeeded: usize,
+    /// Staged with a non-zero exit.
+    pub partial: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Timed out.
+    pub timed_out: usize,
+    /// OOM-killed.
+    pub oom: usize,
+    /// Output rejected as a whole.
+    pub rejected: usize,
+    /// Not run (cancelled or pending).
+    pub not_run: usize,
+    /// Failed for a reason outside the document; `--resume` runs them again.
+    pub retryable: usize,
+    /// Entries rejected across all documents.
+    pub rejected_entries: u64,
+    /// Bytes staged across all documents.
+    pub bytes_staged: u64,
+    /// Model use summed over the documents; absent when none had model access.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelUsage>,
+}
+
+impl Record {
+    /// The summary of the documents' outcomes.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            total: self.documents.len(),
+            ..Summary::default()
+        };
+        for d in &self.documents {
+            match d.status {
+                DocStatus::Staged => s.succeeded += 1,
+                DocStatus::Partial => s.partial += 1,
+                DocStatus::Failed => {
+                    s.failed += 1;
+                    s.retryable += usize::from(d.retry);
+                }
+                DocStatus::Timeout => s.timed_out += 1,
+                DocStatus::Oom => s.oom += 1,
+                DocStatus::Rejected => s.rejected += 1,
+                DocStatus::Pending | DocStatus::Running | DocStatus::Cancelled => s.not_run += 1,
+            }
+            s.rejected_entries += d.rejected;
+            s.bytes_staged += d.bytes;
+            if let Some(m) = &d.model {
+                let sum = s.model.get_or_insert_with(ModelUsage::default);
+                sum.requests += m.requests;
+                sum.input_tokens += m.input_tokens;
+                sum.output_tokens += m.output_tokens;
+                sum.refused += m.refused;
+            }
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +201,7 @@ mod tests {
             rejected: 0,
             retry: false,
             pinned: None,
+            model: None,
         };
         let settings = crate::batch::Settings {
             spec: crate::spec::RunSpec::new(crate::policy::TrustLevel::Untrusted),

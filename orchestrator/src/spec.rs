@@ -6,16 +6,24 @@
 //! flags only lower limits; and `--dry-run` shows the plan built by the same code a session
 //! uses. `batch` keeps a [`RunSpec`] in its record, so `--resume` resolves exactly what the
 //! first run resolved without turning it back into command-line arguments.
+//!
+//! An AI worker (a definition with `model:`) gets the host's model gateway. Where the model is
+//! and the key to it come from the host alone ([`Upstream`], resolved afresh on every run and
+//! resume, never stored in a spec); the person's `--model` and `--model-budget` only narrow the
+//! level's `model:` section, through the same [`Policy::narrow`](crate::policy::Policy::narrow)
+//! as every other flag.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::gateway::{self, ConfigError, ModelAccess, Upstream};
 use crate::home::Home;
 use crate::intake::{self, IntakeError, IntakeLimits};
 use crate::owner::Owner;
 use crate::plan::{self, ContainerPlan, PlanError};
-use crate::policy::{self, PolicyError, TrustLevel};
+use crate::policy::{self, ModelNarrowing, Narrowing, Origin, Policy, PolicyError, TrustLevel};
 use crate::session::{self, RunOptions, SessionError, Worker};
 use crate::units::{Limit, Size};
 use crate::{image, workers};
@@ -57,6 +65,18 @@ pub struct RunSpec {
     /// Keep the stopped container for debugging.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep: bool,
+    /// `--task TEXT` (or the text of `--task-file`): replaces the definition's instructions at
+    /// `/task/instructions.md`. Checked by [`check_task`]; kept as text, so a resumed batch runs
+    /// the task the person gave even if the file changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// `--model NAME`: the one model this run may use, within the level's allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `--model-budget TOKENS`: lowers the session's input and output token budgets to at most
+    /// this many each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_budget: Option<u64>,
 }
 
 impl RunSpec {
@@ -75,8 +95,102 @@ impl RunSpec {
             download_timeout: None,
             allow_network: false,
             keep: false,
+            task: None,
+            model: None,
+            model_budget: None,
         }
     }
+}
+
+/// The most a `--task` text may be: instructions for a worker, not a document to smuggle in.
+pub const MAX_TASK_BYTES: usize = 64 << 10;
+
+/// Checks a task for the worker: at most [`MAX_TASK_BYTES`], and no character the rendering gate
+/// would escape in multi-line text (terminal escapes, bidi overrides, invisible characters), so
+/// what the worker reads at `/task/instructions.md` is exactly what the person saw when they
+/// typed or reviewed it. Refused rather than escaped: a silently changed task is worse.
+pub fn check_task(text: &str) -> Result<(), SpecError> {
+    if text.trim().is_empty() {
+        return Err(SpecError::Task("the task is empty".into()));
+    }
+    if text.len() > MAX_TASK_BYTES {
+        return Err(SpecError::Task(format!(
+            "the task is {} bytes; at most {MAX_TASK_BYTES} are accepted",
+            text.len()
+        )));
+    }
+    if let Some((at, c)) = text
+        .char_indices()
+        .find(|(_, c)| golem_protocol::chars::is_dangerous_in_text(*c))
+    {
+        return Err(SpecError::Task(format!(
+            "the task holds U+{:04X} at byte {at}; control, bidi and invisible characters are refused",
+            u32::from(c)
+        )));
+    }
+    Ok(())
+}
+
+/// Reads `--task-file FILE` on the host: a regular file (no link followed), at most
+/// [`MAX_TASK_BYTES`], UTF-8, and [`check_task`]ed.
+pub fn read_task_file(path: &Path) -> Result<String, SpecError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bad = |why: String| SpecError::Task(format!("--task-file {}: {why}", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| bad(e.to_string()))?;
+    if !file.metadata().map_err(|e| bad(e.to_string()))?.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TASK_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(e.to_string()))?;
+    if bytes.len() > MAX_TASK_BYTES {
+        return Err(bad(format!("larger than {MAX_TASK_BYTES} bytes")));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".into()))?;
+    check_task(&text)?;
+    Ok(text)
+}
+
+/// `--model-budget TOKENS`: lowers the session's input and output token budgets each to at
+/// most `tokens` (a budget already lower stays), as a flag narrowing through the one rule set.
+pub fn narrow_model_budget(policy: &mut Policy, tokens: u64) -> Result<(), SpecError> {
+    if tokens == 0 {
+        return Err(SpecError::Task(
+            "--model-budget must be at least 1 token (to give up the model, pick another worker)"
+                .into(),
+        ));
+    }
+    let m = &policy.model;
+    let budget = Narrowing {
+        model: Some(ModelNarrowing {
+            max_input_tokens: Some(tokens.min(m.max_input_tokens)),
+            max_output_tokens: Some(tokens.min(m.max_output_tokens)),
+            ..ModelNarrowing::default()
+        }),
+        ..Narrowing::default()
+    };
+    Ok(policy.narrow(&budget, Origin::Flags)?)
+}
+
+/// A lookup of the host's environment; injected so tests never touch the process's own.
+pub type HostEnv<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process's environment, as [`Upstream::from_host`] reads it.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The host's upstream from `env` and the host config file it points to: exactly what
+/// [`Upstream::from_host`] does, with the environment injectable.
+fn host_upstream(env: HostEnv<'_>) -> Result<Option<Upstream>, ConfigError> {
+    let file = gateway::host_config_path(env).filter(|p| p.symlink_metadata().is_ok());
+    Upstream::from_sources(env, file.as_deref())
 }
 
 /// Where a run happens: the policies, the project file and the repository it may see.
@@ -138,6 +252,48 @@ pub enum SpecError {
     /// The plan is impossible for this level.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// `--task`/`--task-file` was refused.
+    #[error("{0}")]
+    Task(String),
+    /// `--model` or `--model-budget` for a worker that has no model access.
+    #[error("{flag} is for a worker with model access (e.g. --worker agent); {worker} has none")]
+    ModelFlagWithoutModel {
+        /// The flag given.
+        flag: &'static str,
+        /// The worker (or image) that was asked for.
+        worker: String,
+    },
+    /// The worker needs a model and the host names none.
+    #[error("worker {worker} needs a model, but this host has none configured: set GOLEM_MODEL_API (anthropic or openai), GOLEM_MODEL_BASE_URL, GOLEM_MODEL_KEY and GOLEM_MODEL, or write api/base_url/key/model to {config} (see README, \"AI workers\")")]
+    NoUpstream {
+        /// The worker.
+        worker: String,
+        /// Where the host config file is looked for.
+        config: String,
+    },
+    /// The host's model configuration is unusable.
+    #[error(transparent)]
+    Upstream(#[from] ConfigError),
+    /// The level (after the project file and the definition) allows no model.
+    #[error("worker {worker} needs a model, but the {level} level allows none here (its model.allow is empty{why})")]
+    NoModelAtLevel {
+        /// The worker.
+        worker: String,
+        /// The run's level.
+        level: TrustLevel,
+        /// What made it empty, when known.
+        why: String,
+    },
+    /// `--model NAME` outside the level's allowlist.
+    #[error("--model {model} is not allowed at the {level} level (allowed here: {allowed})")]
+    ModelNotAllowed {
+        /// The name given.
+        model: String,
+        /// The run's level.
+        level: TrustLevel,
+        /// The allowlist with `host` resolved.
+        allowed: String,
+    },
 }
 
 impl From<PolicyError> for SpecError {
@@ -149,9 +305,7 @@ impl From<PolicyError> for SpecError {
 impl RunSpec {
     /// The session options for a batch: everything but the inputs, which each document sets.
     pub fn resolve(&self, place: &Place) -> Result<RunOptions, SpecError> {
-        let mut opts = self.base(place)?;
-        self.limit_intake(&mut opts)?;
-        Ok(opts)
+        self.resolve_in(place, None, &process_env)
     }
 
     /// The session options for a run of `inputs`; a worker image of its own may run without any.
@@ -160,17 +314,30 @@ impl RunSpec {
         place: &Place,
         inputs: &[String],
     ) -> Result<RunOptions, SpecError> {
-        let mut opts = self.base(place)?;
-        if inputs.is_empty() && opts.image.is_none() {
-            return Err(SpecError::NothingToProcess);
+        self.resolve_in(place, Some(inputs), &process_env)
+    }
+
+    /// [`RunSpec::resolve`] (`inputs: None`) or [`RunSpec::resolve_with_inputs`], with the
+    /// host's environment (which names the model upstream) given as a lookup.
+    pub fn resolve_in(
+        &self,
+        place: &Place,
+        inputs: Option<&[String]>,
+        env: HostEnv<'_>,
+    ) -> Result<RunOptions, SpecError> {
+        let mut opts = self.base(place, env)?;
+        if let Some(inputs) = inputs {
+            if inputs.is_empty() && opts.image.is_none() {
+                return Err(SpecError::NothingToProcess);
+            }
+            opts.sources = intake::classify(inputs)?;
         }
-        opts.sources = intake::classify(inputs)?;
         self.limit_intake(&mut opts)?;
         Ok(opts)
     }
 
     /// The effective policy (level, project file, worker definition, flags) and what to run.
-    fn base(&self, place: &Place) -> Result<RunOptions, SpecError> {
+    fn base(&self, place: &Place, env: HostEnv<'_>) -> Result<RunOptions, SpecError> {
         if !self.command.is_empty() && self.image.is_none() {
             return Err(SpecError::CommandWithoutImage);
         }
@@ -193,6 +360,19 @@ impl RunSpec {
             def.narrow(&mut effective.policy)?;
         }
         policy::narrow_for_run(&mut effective.policy, self.memory, self.timeout)?;
+        if let Some(task) = &self.task {
+            check_task(task)?;
+        }
+        let model = match &definition {
+            Some(def) if def.wants_model() => {
+                Some(self.model_access(&def.name, &mut effective.policy, env)?)
+            }
+            _ => {
+                self.no_model_flags()?;
+                None
+            }
+        };
+        // The person's task replaces the definition's instructions (and reaches an image too).
         let (image, command, instructions) = match &definition {
             Some(def) => (
                 (!def.is_builtin_image()).then(|| def.image.clone()),
@@ -206,13 +386,87 @@ impl RunSpec {
             sources: Vec::new(),
             image,
             command,
-            instructions,
+            instructions: self.task.clone().or(instructions),
             keep: self.keep,
             allow_network: self.allow_network,
             repo: place.repo.clone(),
             intake: IntakeLimits::default(),
-            // Model access is resolved with the host's upstream when the worker asks for it.
-            model: None,
+            model,
+        })
+    }
+
+    /// `--model` and `--model-budget` mean nothing to a worker without model access: refused,
+    /// so a person never believes a budget holds a worker that cannot spend one anyway.
+    fn no_model_flags(&self) -> Result<(), SpecError> {
+        let flag = match (&self.model, self.model_budget) {
+            (Some(_), _) => "--model",
+            (None, Some(_)) => "--model-budget",
+            (None, None) => return Ok(()),
+        };
+        let worker = match &self.image {
+            Some(image) => format!("image {image}"),
+            None => self.worker.as_deref().unwrap_or(DEFAULT_WORKER).to_string(),
+        };
+        Err(SpecError::ModelFlagWithoutModel { flag, worker })
+    }
+
+    /// The gateway access for a model worker: the flags narrow the level's `model:` section
+    /// (budget down, allowlist to the one `--model`), then the host's upstream is resolved.
+    fn model_access(
+        &self,
+        worker: &str,
+        policy: &mut Policy,
+        env: HostEnv<'_>,
+    ) -> Result<ModelAccess, SpecError> {
+        let level = policy.level;
+        let no_model = |why: &str| SpecError::NoModelAtLevel {
+            worker: worker.to_string(),
+            level,
+            why: why.to_string(),
+        };
+        if let Some(tokens) = self.model_budget {
+            narrow_model_budget(policy, tokens)?;
+        }
+        if !policy.model.grants_access() {
+            return Err(no_model(""));
+        }
+        let upstream = host_upstream(env)?.ok_or_else(|| SpecError::NoUpstream {
+            worker: worker.to_string(),
+            config: gateway::host_config_path(env).map_or_else(
+                || "$XDG_CONFIG_HOME/golem-orch/model.yaml".into(),
+                |p| p.display().to_string(),
+            ),
+        })?;
+        let allowed = gateway::resolve_allowlist(&policy.model, &upstream);
+        if allowed.is_empty() {
+            return Err(no_model("; `host` there needs GOLEM_MODEL to name a model"));
+        }
+        if let Some(name) = &self.model {
+            // The entry that names it: itself, or `host` when it is the host's model.
+            let entry = policy.model.allow.iter().find(|e| {
+                *e == name
+                    || (*e == policy::HOST_MODEL
+                        && upstream.default_model.as_deref() == Some(name.as_str()))
+            });
+            let Some(entry) = entry.filter(|_| allowed.contains(name)).cloned() else {
+                return Err(SpecError::ModelNotAllowed {
+                    model: name.clone(),
+                    level: policy.level,
+                    allowed: allowed.join(", "),
+                });
+            };
+            let only = Narrowing {
+                model: Some(ModelNarrowing {
+                    allow: Some(vec![entry]),
+                    ..ModelNarrowing::default()
+                }),
+                ..Narrowing::default()
+            };
+            policy.narrow(&only, Origin::Flags)?;
+        }
+        Ok(ModelAccess {
+            upstream: Arc::new(upstream),
+            model: self.model.clone(),
         })
     }
 
@@ -495,5 +749,250 @@ mod tests {
             "{text}"
         );
         assert_eq!(serde_json::from_str::<RunSpec>(&text).unwrap(), spec);
+    }
+
+    /// A host environment as a lookup: the process's own is never read or changed by tests.
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    /// A local OpenAI-compatible server, as the README's example configures it.
+    const LOCAL: [(&str, &str); 4] = [
+        ("GOLEM_MODEL_API", "openai"),
+        ("GOLEM_MODEL_BASE_URL", "http://127.0.0.1:11434"),
+        ("GOLEM_MODEL_KEY", "sk-host-only-secret"),
+        ("GOLEM_MODEL", "llama3.1"),
+    ];
+
+    fn agent(spec: RunSpec) -> RunSpec {
+        RunSpec {
+            worker: Some("agent".into()),
+            ..spec
+        }
+    }
+
+    fn resolve(spec: &RunSpec, env: &[(&str, &str)]) -> Result<RunOptions, SpecError> {
+        spec.resolve_in(&Place::default(), None, &env_of(env))
+    }
+
+    #[test]
+    fn a_model_worker_gets_the_hosts_upstream_and_others_get_none() {
+        let opts = resolve(&agent(RunSpec::new(TrustLevel::Untrusted)), &LOCAL).unwrap();
+        let access = opts.model.expect("the agent asks for the model");
+        assert_eq!(access.upstream.api, gateway::ModelApi::Openai);
+        assert_eq!(access.upstream.default_model.as_deref(), Some("llama3.1"));
+        assert_eq!(access.model, None);
+        assert_eq!(opts.command, ["agent"]);
+        // The report worker never gets a gateway, whatever the host configures.
+        assert!(resolve(&RunSpec::new(TrustLevel::Untrusted), &LOCAL)
+            .unwrap()
+            .model
+            .is_none());
+    }
+
+    #[test]
+    fn no_upstream_on_the_host_is_one_line_naming_what_to_set() {
+        let env = [("XDG_CONFIG_HOME", "/nonexistent-golem-test")];
+        let err = resolve(&agent(RunSpec::new(TrustLevel::Untrusted)), &env)
+            .unwrap_err()
+            .to_string();
+        for name in [
+            "GOLEM_MODEL_API",
+            "GOLEM_MODEL_BASE_URL",
+            "GOLEM_MODEL_KEY",
+            "/nonexistent-golem-test/golem-orch/model.yaml",
+            "agent",
+        ] {
+            assert!(err.contains(name), "{name}: {err}");
+        }
+        assert!(!err.contains('\n'), "{err}");
+        // A half-configured host is an error too, and never echoes the key.
+        let half = [("GOLEM_MODEL_API", "openai"), ("GOLEM_MODEL_KEY", "a b")];
+        let err = resolve(&agent(RunSpec::new(TrustLevel::Untrusted)), &half).unwrap_err();
+        assert!(matches!(err, SpecError::Upstream(_)), "{err}");
+        assert!(!err.to_string().contains("a b"), "{err}");
+    }
+
+    #[test]
+    fn a_level_without_models_refuses_a_model_worker_in_one_line() {
+        let (_d, place) = project("levels:\n  untrusted:\n    model:\n      allow: []\n", &[]);
+        let spec = agent(RunSpec::new(TrustLevel::Untrusted));
+        let err = spec
+            .resolve_in(&place, None, &env_of(&LOCAL))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("untrusted level allows none") && err.contains("model.allow"),
+            "{err}"
+        );
+        // `host` with no GOLEM_MODEL names nothing either, and says so.
+        let err = resolve(&spec, &LOCAL[..3]).unwrap_err().to_string();
+        assert!(err.contains("GOLEM_MODEL to name a model"), "{err}");
+    }
+
+    #[test]
+    fn model_picks_one_model_within_the_allowlist() {
+        let spec = agent(RunSpec {
+            model: Some("llama3.1".into()),
+            ..RunSpec::new(TrustLevel::Untrusted)
+        });
+        let opts = resolve(&spec, &LOCAL).unwrap();
+        assert_eq!(opts.policy.model.allow, [policy::HOST_MODEL]);
+        assert_eq!(
+            opts.model.and_then(|m| m.model).as_deref(),
+            Some("llama3.1")
+        );
+        for other in ["gpt-4o", "host", "a b"] {
+            let spec = RunSpec {
+                model: Some(other.into()),
+                ..spec.clone()
+            };
+            let err = resolve(&spec, &LOCAL).unwrap_err();
+            assert!(matches!(err, SpecError::ModelNotAllowed { .. }), "{err}");
+            assert!(err.to_string().contains("allowed here: llama3.1"), "{err}");
+        }
+    }
+
+    #[test]
+    fn model_flags_need_a_model_worker() {
+        for spec in [
+            RunSpec {
+                model: Some("llama3.1".into()),
+                ..RunSpec::new(TrustLevel::Untrusted)
+            },
+            RunSpec {
+                model_budget: Some(10),
+                worker: Some("text".into()),
+                ..RunSpec::new(TrustLevel::Untrusted)
+            },
+            RunSpec {
+                model: Some("llama3.1".into()),
+                image: Some("mine:1".into()),
+                ..RunSpec::new(TrustLevel::Untrusted)
+            },
+        ] {
+            let err = resolve(&spec, &LOCAL).unwrap_err();
+            assert!(
+                matches!(err, SpecError::ModelFlagWithoutModel { .. })
+                    && err.to_string().contains("--worker agent"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn model_budget_lowers_both_token_budgets_and_never_raises() {
+        let base = resolve(&agent(RunSpec::new(TrustLevel::Untrusted)), &LOCAL).unwrap();
+        let budget = |tokens| {
+            let spec = agent(RunSpec {
+                model_budget: Some(tokens),
+                ..RunSpec::new(TrustLevel::Untrusted)
+            });
+            resolve(&spec, &LOCAL).map(|o| o.policy.model)
+        };
+        let m = budget(500).unwrap();
+        assert_eq!((m.max_input_tokens, m.max_output_tokens), (500, 500));
+        // Above one budget and below the other: each goes to at most TOKENS.
+        let (input, output) = (
+            base.policy.model.max_input_tokens,
+            base.policy.model.max_output_tokens,
+        );
+        assert!(output < input);
+        let m = budget(output + 1).unwrap();
+        assert_eq!(
+            (m.max_input_tokens, m.max_output_tokens),
+            (output + 1, output)
+        );
+        let m = budget(u64::MAX).unwrap();
+        assert_eq!(m, base.policy.model);
+        assert!(matches!(budget(0), Err(SpecError::Task(_))));
+    }
+
+    #[test]
+    fn a_task_replaces_the_instructions_and_is_checked() {
+        let spec = agent(RunSpec {
+            task: Some("Summarise each document in three bullet points".into()),
+            ..RunSpec::new(TrustLevel::Untrusted)
+        });
+        let opts = resolve(&spec, &LOCAL).unwrap();
+        assert_eq!(
+            opts.instructions.as_deref(),
+            Some("Summarise each document in three bullet points")
+        );
+        let image = RunSpec {
+            image: Some("mine:1".into()),
+            task: Some("Do it.\n\tCarefully.".into()),
+            ..RunSpec::new(TrustLevel::Untrusted)
+        };
+        assert!(resolve(&image, &[]).unwrap().instructions.is_some());
+        for bad in [
+            String::new(),
+            " \n".into(),
+            "a\x1b]52;c;aGk=\x07".into(),
+            "read \u{202e}fdp.exe".into(),
+            "a\rb".into(),
+            "x".repeat(MAX_TASK_BYTES + 1),
+        ] {
+            let spec = RunSpec {
+                task: Some(bad.clone()),
+                ..spec.clone()
+            };
+            let err = resolve(&spec, &LOCAL).unwrap_err();
+            assert!(matches!(err, SpecError::Task(_)), "{bad:?}: {err}");
+            assert!(!err.to_string().contains('\x1b'), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_task_file_is_read_on_the_host_with_the_same_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("task.md");
+        std::fs::write(&file, "Write summary.md.\n").unwrap();
+        assert_eq!(read_task_file(&file).unwrap(), "Write summary.md.\n");
+        let link = dir.path().join("link.md");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let cases = [
+            (link, None),
+            (dir.path().to_path_buf(), None),
+            (dir.path().join("latin1.md"), Some(b"caf\xe9".to_vec())),
+            (
+                dir.path().join("big.md"),
+                Some(vec![b'a'; MAX_TASK_BYTES + 1]),
+            ),
+            (dir.path().join("esc.md"), Some(b"a\x1b[8mb".to_vec())),
+            (dir.path().join("missing.md"), None),
+        ];
+        for (path, content) in cases {
+            if let Some(bytes) = content {
+                std::fs::write(&path, bytes).unwrap();
+            }
+            let err = read_task_file(&path).unwrap_err();
+            assert!(
+                matches!(err, SpecError::Task(_)),
+                "{}: {err}",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn a_spec_with_model_settings_round_trips_without_any_key() {
+        let spec = agent(RunSpec {
+            task: Some("t".into()),
+            model: Some("llama3.1".into()),
+            model_budget: Some(1000),
+            ..RunSpec::new(TrustLevel::Untrusted)
+        });
+        let text = serde_json::to_string(&spec).unwrap();
+        assert_eq!(serde_json::from_str::<RunSpec>(&text).unwrap(), spec);
+        // The upstream is resolved from the host on every run and resume, never recorded.
+        assert!(
+            !text.contains("sk-") && !text.contains("base_url"),
+            "{text}"
+        );
     }
 }

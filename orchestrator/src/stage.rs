@@ -545,9 +545,52 @@ fn read_nofollow(path: &Path) -> Result<Vec<u8>, StageError> {
     Ok(bytes)
 }
 
+/// The most bytes of transcript read back: far above what a session's budget can produce.
+pub const MAX_TRANSCRIPT_BYTES: u64 = 512 << 20;
+
+impl Stage {
+    /// The transcript staged with `manifest`, exactly as staged: read without following a link,
+    /// only a regular file, capped, and only when it hashes to the manifest's
+    /// `model.transcript_sha256`. `None`: the worker had no model access.
+    pub fn transcript(&self, id: &str, manifest: &Manifest) -> Result<Option<Vec<u8>>, StageError> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let Some(record) = &manifest.model else {
+            return Ok(None);
+        };
+        let tampered = |what: String| StageError::Tampered {
+            id: id.to_string(),
+            what: format!("transcript refused: {what}"),
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(self.dir(id).join(TRANSCRIPT))
+            .map_err(|e| tampered(format!("{TRANSCRIPT}: {e}")))?;
+        let meta = file.metadata().map_err(|e| tampered(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(tampered("not a regular file".into()));
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_TRANSCRIPT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| tampered(e.to_string()))?;
+        if bytes.len() as u64 > MAX_TRANSCRIPT_BYTES {
+            return Err(tampered(format!(
+                "larger than {MAX_TRANSCRIPT_BYTES} bytes"
+            )));
+        }
+        if sha256_hex(&bytes) != record.transcript_sha256 {
+            return Err(tampered("it does not match the manifest's sha256".into()));
+        }
+        Ok(Some(bytes))
+    }
+}
+
 /// The staged model transcript of `id`, only when the manifest is the one the audit log
-/// recorded at staging (the check `push` makes) and the transcript's sha256 is the manifest's:
-/// what a reviewer reads is what the session staged. `None`: the worker had no model access.
+/// recorded at staging (the check `push` makes) and the transcript is the one that manifest
+/// names ([`Stage::transcript`]): what a reviewer reads is what the session staged. `None`: the
+/// worker had no model access.
 pub fn read_transcript(home: &crate::home::Home, id: &str) -> Result<Option<Vec<u8>>, StageError> {
     let stage = Stage::new(home.staged_dir());
     let audit = crate::audit::Audit::new(home.audit_path());
@@ -562,21 +605,7 @@ pub fn read_transcript(home: &crate::home::Home, id: &str) -> Result<Option<Vec<
             why: other.to_string(),
         },
     })?;
-    let Some(model) = manifest.model else {
-        return Ok(None);
-    };
-    let bytes =
-        read_nofollow(&stage.dir(id).join(TRANSCRIPT)).map_err(|e| StageError::Tampered {
-            id: id.to_string(),
-            what: format!("the transcript cannot be read ({e})"),
-        })?;
-    if sha256_hex(&bytes) != model.transcript_sha256 {
-        return Err(StageError::Tampered {
-            id: id.to_string(),
-            what: "the transcript does not match its sha256".into(),
-        });
-    }
-    Ok(Some(bytes))
+    stage.transcript(id, &manifest)
 }
 
 impl Drop for Building {

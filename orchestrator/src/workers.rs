@@ -5,13 +5,20 @@
 //! level does not grant is an error that names the mount, and output limits may only go down.
 //! The body after the YAML front matter is handed to the worker read-only at
 //! `/task/instructions.md`, so instructions travel with the worker, not with the input.
+//!
+//! `model: true` asks for the host's model gateway (an AI worker such as the built-in `agent`);
+//! `model: {allow: [...], max_output_tokens: ...}` asks for it and narrows the level's `model:`
+//! section too. Either way a definition can only ask for *less* than the level grants: the
+//! upstream and the key are never in a definition, so a cloned repository's worker cannot point
+//! the gateway anywhere or learn the key.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{self, Access, Location, MountsNarrowing, Narrowing, Origin, Policy};
+use crate::policy::Policy;
+use crate::policy::{self, Access, Location, ModelNarrowing, MountsNarrowing, Narrowing, Origin};
 use crate::policy::{PolicyError, TrustLevel};
 
 /// Output limits a definition may lower: the output part of the one [`Narrowing`], re-exported
@@ -24,7 +31,7 @@ pub const BUILTIN_IMAGE: &str = "golem-worker";
 pub const INSTRUCTIONS_TARGET: &str = "/task";
 
 /// Shipped definitions, compiled in.
-const BUILTIN: [(&str, &str); 2] = [
+const BUILTIN: [(&str, &str); 3] = [
     (
         "builtin:workers/report.worker",
         include_str!("../../workers/report.worker"),
@@ -32,6 +39,10 @@ const BUILTIN: [(&str, &str); 2] = [
     (
         "builtin:workers/text.worker",
         include_str!("../../workers/text.worker"),
+    ),
+    (
+        "builtin:workers/agent.worker",
+        include_str!("../../workers/agent.worker"),
     ),
 ];
 
@@ -49,6 +60,55 @@ struct FrontMatter {
     mounts: BTreeMap<String, Access>,
     #[serde(default)]
     output: OutputNarrowing,
+    #[serde(default)]
+    model: ModelAsk,
+}
+
+/// A definition's `model:` key: `false` (the default: no gateway), `true` (the level's model
+/// access as it is), or a narrowing of the level's `model:` section, which also asks for access.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ModelAsk {
+    /// `model: true` or `model: false`.
+    Flag(bool),
+    /// `model: {allow: [...], max_output_tokens: ...}`: access, narrowed by the one rule set.
+    Narrowed(ModelNarrowing),
+}
+
+impl Default for ModelAsk {
+    /// No `model:` key: no model access.
+    fn default() -> Self {
+        ModelAsk::Flag(false)
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelAsk {
+    /// By hand rather than `untagged`, so a misspelt key inside `model:` is reported by name
+    /// (the narrowing denies unknown fields) instead of as "no variant matched".
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ModelAsk;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false, or a map narrowing the level's model section")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ModelAsk, E> {
+                Ok(ModelAsk::Flag(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ModelAsk, A::Error> {
+                let d = serde::de::value::MapAccessDeserializer::new(map);
+                ModelNarrowing::deserialize(d).map(ModelAsk::Narrowed)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl ModelAsk {
+    /// Whether the worker asks for the model gateway at all.
+    pub fn wanted(&self) -> bool {
+        matches!(self, ModelAsk::Flag(true) | ModelAsk::Narrowed(_))
+    }
 }
 
 /// A loaded worker definition.
@@ -68,6 +128,8 @@ pub struct Definition {
     pub mounts: BTreeMap<String, Access>,
     /// Output limits it lowers.
     pub output: OutputNarrowing,
+    /// Whether it asks for the host's model gateway, and how it narrows the level's `model:`.
+    pub model: ModelAsk,
     /// Instructions for the worker.
     pub instructions: String,
     /// Where it was loaded from.
@@ -142,9 +204,15 @@ impl Definition {
             trust: front.trust,
             mounts: front.mounts,
             output: front.output,
+            model: front.model,
             instructions: body,
             source: file.to_string(),
         })
+    }
+
+    /// Whether the worker asks for the host's model gateway (`model:` in its front matter).
+    pub fn wants_model(&self) -> bool {
+        self.model.wanted()
     }
 
     /// Whether the worker runs golem-orch's own image.
@@ -172,6 +240,10 @@ impl Definition {
         let narrowing = Narrowing {
             mounts: Some(mount_narrowing(&self.mounts).map_err(invalid)?),
             output: Some(self.output.clone()),
+            model: match &self.model {
+                ModelAsk::Narrowed(m) => Some(m.clone()),
+                _ => None,
+            },
             ..Narrowing::default()
         };
         policy.narrow(&narrowing, Origin::Worker { file: &self.source })
@@ -267,11 +339,15 @@ mod tests {
     fn builtins_load() {
         let all = load_all(None).unwrap();
         let names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["report", "text"]);
+        assert_eq!(names, ["report", "text", "agent"]);
         assert!(all
             .iter()
             .all(|d| d.is_builtin_image() && d.trust == TrustLevel::Untrusted));
         assert!(all[0].instructions.contains("/input"));
+        // Only the AI worker asks for the model gateway.
+        let wants: Vec<bool> = all.iter().map(Definition::wants_model).collect();
+        assert_eq!(wants, [false, false, true]);
+        assert_eq!(all[2].command, ["agent"]);
     }
 
     #[test]
@@ -354,7 +430,7 @@ mod tests {
         std::fs::write(dir.path().join("mine.worker"), "---\nname: mine\ndescription: d\nimage: my:img\ncommand: [go]\ntrust: session\n---\nDo it.\n").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
         let all = load_all(Some(dir.path())).unwrap();
-        assert_eq!(all.len(), 3);
+        assert_eq!(all.len(), 4);
         assert_eq!(
             find(Some(dir.path()), "mine").unwrap().instructions,
             "Do it."
@@ -371,5 +447,61 @@ mod tests {
         .unwrap();
         let err = load_all(Some(dir.path())).unwrap_err().to_string();
         assert!(err.contains("already taken"), "{err}");
+    }
+
+    const MODEL_WORKER: &str =
+        "---\nname: m\ndescription: d\nimage: golem-worker\ntrust: untrusted\nMODEL---\nDo it.\n";
+
+    fn with_model(model: &str) -> Result<Definition, PolicyError> {
+        Definition::parse(&MODEL_WORKER.replace("MODEL", model), "m.worker")
+    }
+
+    #[test]
+    fn model_access_is_asked_for_and_parsed_strictly() {
+        assert!(!with_model("").unwrap().wants_model());
+        assert!(!with_model("model: false\n").unwrap().wants_model());
+        assert!(with_model("model: true\n").unwrap().wants_model());
+        let narrowed = with_model("model:\n  max_requests: 3\n").unwrap();
+        assert!(narrowed.wants_model());
+        // A misspelt key inside model: is an error naming it, never ignored.
+        let err = with_model("model:\n  max_request: 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_request"), "{err}");
+        // The upstream and the key are nothing a definition can say.
+        for evil in [
+            "model:\n  base_url: http://evil\n",
+            "model:\n  key: sk-x\n",
+            "model: yes please\n",
+        ] {
+            assert!(with_model(evil).is_err(), "{evil}");
+        }
+    }
+
+    #[test]
+    fn a_definition_narrows_model_access_through_the_one_rule_set() {
+        let def = with_model("model:\n  allow: []\n  max_output_tokens: 100\n").unwrap();
+        let mut p = policy(TrustLevel::Untrusted);
+        def.narrow(&mut p).unwrap();
+        assert!(p.model.allow.is_empty() && p.model.max_output_tokens == 100);
+        // Budgets only go down, and the allowlist only loses names.
+        for widen in [
+            "model:\n  max_output_tokens: 100000000\n",
+            "model:\n  allow: [gpt-4o]\n",
+        ] {
+            let err = with_model(widen)
+                .unwrap()
+                .narrow(&mut policy(TrustLevel::Untrusted))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("may only narrow") && err.contains("model."),
+                "{err}"
+            );
+        }
+        // model: true narrows nothing.
+        let mut p = policy(TrustLevel::Untrusted);
+        with_model("model: true\n").unwrap().narrow(&mut p).unwrap();
+        assert_eq!(p, policy(TrustLevel::Untrusted));
     }
 }

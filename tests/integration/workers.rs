@@ -26,7 +26,7 @@ fn a_project_worker_gets_its_instructions_read_only_and_no_more_than_its_level()
         .filter_map(|d| d["name"].as_str())
         .collect();
     names.sort();
-    assert_eq!(names, ["greedy", "prober", "report", "text"]);
+    assert_eq!(names, ["agent", "greedy", "prober", "report", "text"]);
 
     let (run, code) = g.json(["run", "--json", "--worker", "prober"]);
     assert_eq!(code, 0, "{run}");

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use golem_orch::policy::TrustLevel;
@@ -28,6 +29,14 @@ pub(super) enum Command {
     Staged(JsonFlag),
     /// Show a staged commit's manifest: provenance, files, rejected entries.
     Show {
+        /// Staged commit id or unique prefix.
+        id: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Print an AI worker's model transcript: every request it sent and every answer, as staged.
+    #[command(after_help = TRANSCRIPT_HELP)]
+    Transcript {
         /// Staged commit id or unique prefix.
         id: String,
         #[command(flatten)]
@@ -92,6 +101,13 @@ pub(super) enum Command {
         json: JsonFlag,
     },
 }
+
+const TRANSCRIPT_HELP: &str = "\
+The transcript is what the worker told the model and what the model said, request by request:
+seq, model, status (and why the gateway refused it), tokens, latency, then both bodies. It is the
+one way data leaves the container, so read it like the files: a document's secrets in a request
+went to the model's provider. Only the transcript as staged is shown (its sha256 is in the
+manifest); every byte is rendered inert. --json prints {staged, model, exchanges}.";
 
 const PUSH_HELP: &str = "\
 The commit's parent is the branch's tip; a missing branch is created from HEAD. The default branch
@@ -161,7 +177,15 @@ entry by entry and staged in .golem/staged/<id>/ for review. Use --image IMAGE -
 your own local image under the same policy (ARGS replace the image's command, as with docker run).
 
 --json prints one object: {session, status, exit_code, staged, timed_out, oom_killed, files,
-bytes, rejected, error, logs}. status is staged, failed, timeout, oom, rejected or cancelled.
+bytes, rejected, error, logs, model}. status is staged, failed, timeout, oom, rejected or
+cancelled; model ({requests, input_tokens, output_tokens, refused}) only for AI workers.
+
+AI workers (--worker agent): the container still has no network. It reaches a model only
+through a socket to golem-orch, which holds the key on the host (GOLEM_MODEL_API,
+GOLEM_MODEL_BASE_URL, GOLEM_MODEL_KEY, GOLEM_MODEL). Every request and answer is kept as the
+session's transcript and staged for review: `golem-orch transcript ID`.
+  golem-orch run --worker agent --task \"Summarise each document in three bullet points\" paper.pdf
+  golem-orch run --worker agent --task-file task.md --model llama3.1 --model-budget 20000 notes.html
 
 Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
 worker exited non-zero; 4 timeout; 5 out of memory; 6 output rejected; 130 cancelled.";
@@ -177,6 +201,10 @@ Ctrl-C stops launching, cancels the running documents (removing their containers
 the batch; `golem-orch batch --resume ID` runs only what did not finish, plus documents that
 failed for a reason outside them (the engine went away, the disk was full). Records live in
 .golem/batches/. Progress goes to stderr (a bar on a terminal, lines otherwise).
+
+--task, --model and --model-budget apply to every document, each in its own session with its own
+budget; --json adds the model use summed over documents. --stage-as-one is refused for AI workers
+(each document's staged commit keeps its own transcript for review).
 
 Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
 
@@ -195,7 +223,7 @@ pub(super) struct BatchArgs {
     #[arg(long)]
     pub(super) stage_as_one: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "task", "task_file", "model", "model_budget"])]
     pub(super) resume: Option<String>,
     #[command(flatten)]
     pub(super) intake: IntakeArgs,
@@ -283,13 +311,32 @@ pub(super) struct WorkerArgs {
     /// Lower the policy's memory limit for this run (e.g. 256m, 1g, 512MiB).
     #[arg(long, value_name = "SIZE")]
     pub(super) memory: Option<Size>,
+    /// What the worker should do, in plain words; replaces the worker definition's
+    /// instructions at /task/instructions.md (at most 64KiB, no control or bidi characters).
+    #[arg(long, value_name = "TEXT", conflicts_with = "task_file")]
+    pub(super) task: Option<String>,
+    /// Like --task, read from FILE on the host (UTF-8 text; links are not followed).
+    #[arg(long, value_name = "FILE")]
+    pub(super) task_file: Option<PathBuf>,
+    /// The model an AI worker uses (default: the host's GOLEM_MODEL); must be in the trust
+    /// level's model.allow. Only for workers with model access, e.g. --worker agent.
+    #[arg(long, value_name = "NAME")]
+    pub(super) model: Option<String>,
+    /// Lower the session's model budget: at most TOKENS input tokens and at most TOKENS output
+    /// tokens (each budget only goes down; see `golem-orch policy show LEVEL`).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) model_budget: Option<u64>,
 }
 
 impl WorkerArgs {
     /// What the person asked for, as the library resolves it: the level comes from these
     /// flags alone (untrusted when none is given).
-    pub(super) fn spec(&self, intake: &IntakeArgs, command: &[String]) -> RunSpec {
-        RunSpec {
+    pub(super) fn spec(&self, intake: &IntakeArgs, command: &[String]) -> Result<RunSpec> {
+        let task = match &self.task_file {
+            Some(file) => Some(golem_orch::spec::read_task_file(file)?),
+            None => self.task.clone(),
+        };
+        Ok(RunSpec {
             worker: self.worker.clone(),
             image: self.image.clone(),
             command: command.to_vec(),
@@ -297,8 +344,11 @@ impl WorkerArgs {
             timeout: self.timeout,
             allow_private_urls: intake.allow_private_urls,
             max_input: intake.max_input,
+            task,
+            model: self.model.clone(),
+            model_budget: self.model_budget,
             ..RunSpec::new(self.level().unwrap_or(TrustLevel::Untrusted))
-        }
+        })
     }
 
     /// The level the person asked for, if any.

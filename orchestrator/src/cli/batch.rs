@@ -29,6 +29,7 @@ pub(super) async fn batch_cmd(
     };
     // The same spec the first run resolved: a resumed batch runs the rest exactly the same way.
     let template = record.settings.spec.resolve(&Place::here(policy_dir))?;
+    batch::check_settings(&record.settings, &template)?;
     let (engine, _) = engine::connect().await?;
     if let Err(e) = gc::collect(&engine, &home, gc::Scope::Home).await {
         tracing::warn!("gc before batch failed: {e}");
@@ -69,7 +70,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
     }
     let documents = batch::documents(&inputs)?;
     let settings = batch::Settings {
-        spec: args.worker.spec(&args.intake, &args.command),
+        spec: args.worker.spec(&args.intake, &args.command)?,
         jobs: args
             .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))

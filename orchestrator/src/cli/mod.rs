@@ -77,6 +77,7 @@ Typical flow:
   golem-orch run --untrusted https://example.org/paper.pdf   # parse it in a locked container
   golem-orch staged                                           # what is waiting for review
   golem-orch show ID                                          # provenance, files, rejected entries
+  golem-orch transcript ID                                    # what an AI worker told its model
 
 State lives in ./.golem (or --home / GOLEM_HOME). Nothing is ever pulled from a registry.";
 
@@ -153,6 +154,9 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Staged(j) => review::staged(&open_home(cli.home.as_deref())?, j.json),
         Command::Show { id, json } => {
             review::show(&open_home(cli.home.as_deref())?, &id, json.json)
+        }
+        Command::Transcript { id, json } => {
+            review::transcript(&open_home(cli.home.as_deref())?, &id, json.json)
         }
         Command::Diff(t) => review::diff_cmd(&open_home(cli.home.as_deref())?, &t),
         Command::Push {

@@ -31,7 +31,24 @@ pub(super) fn run_outcome(outcome: &Outcome) {
             home::short(staged)
         );
     }
+    if let Some(m) = &outcome.model {
+        outln!("  model: {}", model_usage(m));
+    }
+    if let (Some(staged), Some(_)) = (&outcome.staged, &outcome.model) {
+        outln!(
+            "  transcript: golem-orch transcript {}",
+            home::short(staged)
+        );
+    }
     outln!("  logs: golem-orch logs {short}");
+}
+
+/// A session's (or a batch's) model use on one line.
+pub(super) fn model_usage(m: &golem_orch::gateway::ModelUsage) -> String {
+    format!(
+        "{} request(s), {} input and {} output tokens, {} refused",
+        m.requests, m.input_tokens, m.output_tokens, m.refused
+    )
 }
 
 /// What went wrong in a session, on one line of stderr: scripts read stdout, a person should
@@ -68,6 +85,9 @@ pub(super) fn batch_summary(record: &Record) {
         summary.rejected_entries,
         human_bytes(summary.bytes_staged)
     );
+    if let Some(m) = &summary.model {
+        outln!("  model: {}", model_usage(m));
+    }
     for d in record.documents.iter().filter(|d| {
         !matches!(
             d.status,

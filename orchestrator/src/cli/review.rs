@@ -10,6 +10,7 @@ use golem_orch::audit::Audit;
 use golem_orch::home::{self, Home};
 use golem_orch::render::{self, line};
 use golem_orch::stage::Stage;
+use golem_orch::transcript;
 
 use super::args::TargetArgs;
 use super::{err, errln, outln, present, print_json};
@@ -123,6 +124,44 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             home::short(&m.session)
         );
     }
+    show_model(&stage, &id, &m);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `show`'s model part: the transcript's size and use, and a high warning for the honeytoken.
+fn show_model(stage: &Stage, id: &str, m: &golem_orch::stage::Manifest) {
+    let Some(record) = &m.model else { return };
+    let exchanges = match transcript::load(stage, id, m) {
+        Ok(ex) => format!("{} exchange(s)", ex.len()),
+        Err(e) => format!("UNREADABLE: {}", line(&e.to_string())),
+    };
+    outln!(
+        "\ntranscript ({exchanges}; {})  golem-orch transcript {}",
+        present::model_usage(&record.usage),
+        home::short(id)
+    );
+    if record.honeytoken_seen {
+        outln!("  HIGH: the container's fake key (honeytoken) was seen: the worker tried to send its environment out. Read the transcript before pushing anything.");
+    }
+}
+
+/// `golem-orch transcript ID`: the staged transcript, exchange by exchange, through the gate.
+pub(super) fn transcript(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
+    let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
+    let stage = Stage::new(home.staged_dir());
+    let m = stage.manifest(&id)?;
+    let exchanges = transcript::load_verified(home, &id)?;
+    if json {
+        print_json(&json!({ "staged": id, "model": m.model, "exchanges": exchanges }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if m.model.as_ref().is_some_and(|r| r.honeytoken_seen) {
+        outln!("HIGH: the container's fake key was seen in this session; look for it below.\n");
+    }
+    for x in &exchanges {
+        outln!("{}", transcript::render_exchange(x)?);
+    }
+    outln!("{} exchange(s)", exchanges.len());
     Ok(ExitCode::SUCCESS)
 }
 

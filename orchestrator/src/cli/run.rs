@@ -14,14 +14,14 @@ use super::args::RunArgs;
 use super::{open_home, out, outln, present, print_json, shutdown_signal};
 
 /// What `run`'s flags ask for, beyond what `batch` shares with it.
-fn spec(args: &RunArgs) -> RunSpec {
-    RunSpec {
+fn spec(args: &RunArgs) -> Result<RunSpec> {
+    Ok(RunSpec {
         max_download: Some(args.max_download),
         download_timeout: Some(args.download_timeout),
         allow_network: args.allow_network,
         keep: args.keep,
-        ..args.worker.spec(&args.intake, &args.command)
-    }
+        ..args.worker.spec(&args.intake, &args.command)?
+    })
 }
 
 /// `golem-orch run`: one session, or with `--dry-run` only its plan.
@@ -30,7 +30,7 @@ pub(super) async fn run(
     policy_dir: Option<&Path>,
     args: RunArgs,
 ) -> Result<ExitCode> {
-    let opts = spec(&args).resolve_with_inputs(&Place::here(policy_dir), &args.inputs)?;
+    let opts = spec(&args)?.resolve_with_inputs(&Place::here(policy_dir), &args.inputs)?;
     if args.dry_run {
         return dry_run(home_arg, &opts, args.json.json);
     }
