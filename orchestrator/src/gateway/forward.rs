@@ -1,5 +1,6 @@
 //! Sending one checked request upstream: a fresh header set built from an allowlist, the key
-//! added here and nowhere else, a time limit, and a cap on the answer's size.
+//! added here and nowhere else, a time limit, a cap on the answer's size, and no answer that
+//! carries the key back (an upstream echoing it would hand it to the worker).
 //!
 //! The worker's headers are never copied wholesale. `Authorization`, `x-api-key`, cookies,
 //! `proxy-*` and hop-by-hop headers simply are not on the list, so a worker cannot smuggle its
@@ -37,6 +38,10 @@ pub(super) enum ForwardError {
     /// The answer was larger than [`MAX_RESPONSE_BYTES`].
     #[error("the model upstream's answer is larger than {MAX_RESPONSE_BYTES} bytes")]
     TooLarge,
+    /// The answer carried the host's key (an upstream echoing it in an error, or whatever the
+    /// base URL really points at): passed on, it would hand the key to the worker.
+    #[error("the model upstream's answer carried the host's key; it was withheld")]
+    KeyInAnswer,
 }
 
 /// What the upstream answered.
@@ -44,7 +49,7 @@ pub(super) enum ForwardError {
 pub(super) struct Answer {
     /// HTTP status.
     pub status: u16,
-    /// The body, passed to the worker unchanged.
+    /// The body, passed to the worker unchanged (never one that carries the key).
     pub body: Bytes,
     /// `(input, output)` tokens the provider reported, when it did.
     pub usage: Option<(u64, u64)>,
@@ -94,6 +99,10 @@ impl Forwarder {
                     return Err(ForwardError::TooLarge);
                 }
                 body.extend_from_slice(&chunk);
+            }
+            let key = self.upstream.key().expose().as_bytes();
+            if memchr::memmem::find(&body, key).is_some() {
+                return Err(ForwardError::KeyInAnswer);
             }
             let usage = serde_json::from_slice(&body)
                 .ok()
