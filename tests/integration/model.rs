@@ -81,6 +81,10 @@ impl Provider {
         self.upstream.requests()
     }
 
+    fn push(&self, reply: Reply) {
+        self.upstream.push(reply);
+    }
+
     fn set_fallback(&self, reply: Reply) {
         self.upstream.set_fallback(reply);
     }
@@ -342,6 +346,32 @@ attack! {
             assert!(out.status.success(), "{cmd:?}: {}", stderr_text(&out));
             assert!(!contains(&out.stdout, key), "{cmd:?} printed the key");
         }
+    }
+}
+
+attack! {
+    /// A provider (or whatever the host's base URL really points at) that echoes the key in its
+    /// answer, as some do in an "invalid key" error, cannot hand it to the worker: the gateway
+    /// withholds any answer carrying the key (502), and the key lands nowhere: not in the
+    /// container's evidence, the transcript or the audit log. Attacks gateway/forward.rs (the
+    /// answer is checked before it is passed on).
+    fn an_upstream_that_echoes_the_key_cannot_hand_it_to_the_worker(g)
+    given { model_worker(&g, "mal", &["model", "ask", "ask"]); }
+    {
+        let p = Provider::start("anthropic", vec![]);
+        p.push(Reply::error(401, &format!("invalid x-api-key: {}", p.key)));
+        p.push(Reply::raw(200, json!({"type": "message", "content": [{"type": "text", "text": p.key}],
+            "usage": {"input_tokens": 3, "output_tokens": 4}})));
+        let run = run_worker(&g, &p, "mal").expect(Status::Staged);
+        let r = results(&g, &run);
+        assert_eq!(r.len(), 2, "{r:?}");
+        for ask in &r {
+            assert_eq!(ask["status"], 502, "{ask}");
+        }
+        assert_eq!(p.requests().len(), 2);
+        let key = p.key.as_bytes();
+        assert_eq!(files_containing(&g.home, key), Vec::<PathBuf>::new(), "the key is in the state directory");
+        assert!(!g.audit().iter().any(|a| a.to_string().contains(&p.key)));
     }
 }
 
