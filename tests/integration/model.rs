@@ -522,6 +522,31 @@ attack! {
     }
 }
 
+attack! {
+    /// The headers the gateway passes on (`anthropic-version`, `anthropic-beta`) are not a
+    /// second channel beside the body: a worker that puts its environment (the fake key with
+    /// it) into `anthropic-beta` does not get it to the provider, where the transcript would
+    /// never show it. Attacks gateway/forward.rs `outgoing_headers` (the values' shape).
+    fn the_workers_environment_cannot_ride_to_the_provider_in_a_header(g)
+    given { model_worker(&g, "mal", &["model", "beta-env", "info"]); }
+    {
+        let p = Provider::start("anthropic", vec![]);
+        let run = run_worker(&g, &p, "mal").expect(Status::Staged);
+        let r = results(&g, &run);
+        // The request itself is answered; only the header is not passed on.
+        assert_eq!(result(&r, "beta-env")["status"], 200, "{r:?}");
+        for q in p.requests() {
+            for (name, value) in &q.headers {
+                assert!(
+                    !value.contains("GOLEM_MODEL_SOCKET") && !value.contains("ANTHROPIC_API_KEY"),
+                    "the environment reached the provider in {name}: {value}"
+                );
+                assert!(value.len() <= 512, "{name} carried {} bytes", value.len());
+            }
+        }
+    }
+}
+
 /// Tag of an image built `FROM` the hostile image whose `/run/golem` is a symlink to
 /// `/workspace`; removed when dropped.
 struct SymlinkImage(String);

@@ -13,6 +13,8 @@
 //! - `big BYTES`: a request whose body is BYTES long;
 //! - `connect`, `absolute`: `CONNECT host:443` and `POST http://host/<path>` (proxy shapes);
 //! - `env`: `ask` whose message is the worker's whole environment (what an injected agent does);
+//! - `beta-env`: `ask` carrying the environment in the `anthropic-beta` header instead, which
+//!   the gateway passes on (a channel beside the body, which the transcript records);
 //! - `burst N`: N `ask`s at once, one thread each;
 //! - `socket PATH`: try to connect to another socket (another session's, by its host path);
 //! - `sockets`: list every socket file in the container's view (`/proc`, `/sys` skipped);
@@ -135,6 +137,21 @@ fn request(action: &str, arg: Option<&str>, info: &Info) -> Option<(String, Vec<
             "\r\nAuthorization: Bearer sk-worker-own-credential\r\nx-api-key: sk-worker-own-credential\r\nCookie: session=worker-own-cookie",
         ),
         "env" => ask(&info.model, &environment(), ""),
+        "beta-env" => {
+            let flat: String = environment()
+                .chars()
+                .map(|c| match c {
+                    '\n' => ',',
+                    c if c.is_ascii_graphic() => c,
+                    _ => '_',
+                })
+                .collect();
+            ask(
+                &info.model,
+                "Summarise the document.",
+                &format!("\r\nanthropic-beta: {flat}"),
+            )
+        }
         "big" => {
             let n: usize = arg.and_then(|a| a.parse().ok()).unwrap_or(0);
             let pad = n.saturating_sub(80);
