@@ -340,6 +340,9 @@ attack! {
         let reqs = p.requests();
         assert_eq!(reqs.len(), 1);
         assert_eq!(reqs[0].header("x-api-key"), Some(p.key.as_str()));
+        let dry = run_worker(&g, &p, "mal").flags(["--dry-run"]).output();
+        assert!(dry.status.success(), "{}", stderr_text(&dry));
+        assert!(!contains(&dry.stdout, key) && !contains(&dry.stderr, key), "--dry-run printed the key");
         let staged = run.staged();
         for cmd in [["show", staged.as_str()], ["transcript", staged.as_str()]] {
             let out = g.output(cmd);
