@@ -116,20 +116,67 @@ fn split_unit(s: &str) -> (&str, &str) {
     (&s[..at], &s[at..])
 }
 
+/// One `--name value` pair from the command line, or `--help`.
+enum Flag {
+    Help,
+    Pair(String, OsString),
+}
+
+/// The next flag and its value; `None` at the end. Every option of `report`, `text` and `agent`
+/// takes a value, so a flag without one is an error.
+fn next_flag(args: &mut impl Iterator<Item = OsString>) -> Result<Option<Flag>, String> {
+    let Some(flag) = args.next() else {
+        return Ok(None);
+    };
+    let name = match flag.to_str() {
+        Some("--help" | "-h") => return Ok(Some(Flag::Help)),
+        Some(f) => f.to_string(),
+        None => return Err(format!("unknown option {flag:?}")),
+    };
+    let value = args
+        .next()
+        .ok_or_else(|| format!("{name:?} needs a value"))?;
+    Ok(Some(Flag::Pair(name, value)))
+}
+
+/// The per-input sandbox flags every mode that reads documents shares; `Ok(false)` when `name`
+/// is not one of them.
+fn limit_flag(name: &str, value: &OsString, limits: &mut Limits) -> Result<bool, String> {
+    let bad = |what: &str| format!("{name}: {what}, got {value:?}");
+    let text = || {
+        value
+            .to_str()
+            .ok_or_else(|| format!("{name} needs a plain value"))
+    };
+    match name {
+        "--per-input-timeout" => {
+            let d = parse_duration(text()?)
+                .ok_or_else(|| bad("expected a duration between 100ms and 1h"))?;
+            limits.timeout = d;
+            limits.cpu_seconds = Limits::cpu_for(d);
+        }
+        "--per-input-memory" => {
+            limits.memory = parse_size(text()?)
+                .filter(|&m| (16 << 20..=64 << 30).contains(&m))
+                .ok_or_else(|| bad("expected a size between 16m and 64g"))?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 fn parse_run(mode: Mode, args: &mut impl Iterator<Item = OsString>) -> Result<Command, String> {
     let mut opts = Options {
         mode,
         ..Options::default()
     };
-    while let Some(flag) = args.next() {
-        let name = match flag.to_str() {
-            Some("--help" | "-h") => return Ok(Command::Help),
-            Some(f) => f.to_string(),
-            None => return Err(format!("unknown option {flag:?}")),
+    while let Some(flag) = next_flag(args)? {
+        let Flag::Pair(name, value) = flag else {
+            return Ok(Command::Help);
         };
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{name:?} needs a value"))?;
+        if limit_flag(&name, &value, &mut opts.limits)? {
+            continue;
+        }
         let text = || {
             value
                 .to_str()
@@ -141,18 +188,6 @@ fn parse_run(mode: Mode, args: &mut impl Iterator<Item = OsString>) -> Result<Co
             "--input" => opts.input = PathBuf::from(&value),
             "--output" => opts.output = PathBuf::from(&value),
             "--task" => opts.task = PathBuf::from(&value),
-            "--per-input-timeout" => {
-                let d = parse_duration(&text()?)
-                    .ok_or_else(|| bad("expected a duration between 100ms and 1h"))?;
-                opts.limits.timeout = d;
-                opts.limits.cpu_seconds = Limits::cpu_for(d);
-            }
-            "--per-input-memory" => {
-                let m = parse_size(&text()?)
-                    .filter(|&m| (16 << 20..=64 << 30).contains(&m))
-                    .ok_or_else(|| bad("expected a size between 16m and 64g"))?;
-                opts.limits.memory = m;
-            }
             "--jobs" => {
                 opts.jobs = text()?
                     .parse()
@@ -198,15 +233,13 @@ fn parse_agent(
         opts.max_steps = steps(&v.to_string_lossy(), agent::MAX_STEPS_ENV)?;
     }
     let mut workspace = None;
-    while let Some(flag) = args.next() {
-        let name = match flag.to_str() {
-            Some("--help" | "-h") => return Ok(Command::Help),
-            Some(f) => f.to_string(),
-            None => return Err(format!("unknown option {flag:?}")),
+    while let Some(flag) = next_flag(args)? {
+        let Flag::Pair(name, value) = flag else {
+            return Ok(Command::Help);
         };
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{name:?} needs a value"))?;
+        if limit_flag(&name, &value, &mut opts.limits)? {
+            continue;
+        }
         let text = value.to_string_lossy().into_owned();
         match name.as_str() {
             "--input" => opts.roots.input = PathBuf::from(&value),
@@ -221,17 +254,6 @@ fn parse_agent(
                     .ok()
                     .filter(|n| (1..=1_000_000).contains(n))
                     .ok_or_else(|| format!("{name}: expected 1 to 1000000, got {text:?}"))?;
-            }
-            "--per-input-timeout" => {
-                let d = parse_duration(&text)
-                    .ok_or_else(|| format!("{name}: expected a duration, got {text:?}"))?;
-                opts.limits.timeout = d;
-                opts.limits.cpu_seconds = Limits::cpu_for(d);
-            }
-            "--per-input-memory" => {
-                opts.limits.memory = parse_size(&text)
-                    .filter(|&m| (16 << 20..=64 << 30).contains(&m))
-                    .ok_or_else(|| format!("{name}: expected a size between 16m and 64g"))?;
             }
             _ => return Err(format!("unknown option {name:?}")),
         }
