@@ -231,11 +231,21 @@ pub fn build(
     labels: BTreeMap<String, String>,
     allow_network: bool,
 ) -> Result<ContainerPlan, PlanError> {
+    // Drawn here, like the init's target (see gateway::CONTAINER_SOCKET_PREFIX).
+    let model = paths.model.as_ref().map(|m| {
+        let target = format!(
+            "{}{}.sock",
+            crate::gateway::CONTAINER_SOCKET_PREFIX,
+            uuid::Uuid::new_v4().simple()
+        );
+        (m, target)
+    });
+    let model = model.as_ref().map(|(m, t)| (*m, t.as_str()));
     let Mounts {
         binds,
         workspace,
         masks,
-    } = mounts(policy, paths)?;
+    } = mounts(policy, paths, model)?;
     let network = network(policy, allow_network)?;
     let (uid, gid, user) = identity(policy, paths);
     let tmp = format!(
@@ -262,7 +272,7 @@ pub fn build(
             read_only: true,
         },
         user,
-        env: environment(policy, paths.model.as_ref()),
+        env: environment(policy, model),
         binds,
         workspace,
         output: Output {
@@ -297,7 +307,11 @@ struct Mounts {
 }
 
 /// The mounts the policy's level grants: the input, the workspace, the task, then the repository.
-fn mounts(policy: &Policy, paths: &HostPaths) -> Result<Mounts, PlanError> {
+fn mounts(
+    policy: &Policy,
+    paths: &HostPaths,
+    model: Option<(&ModelMount, &str)>,
+) -> Result<Mounts, PlanError> {
     let mut binds = Vec::new();
     if policy.mounts.input != Access::None {
         binds.push(BindMount {
@@ -318,12 +332,12 @@ fn mounts(policy: &Policy, paths: &HostPaths) -> Result<Mounts, PlanError> {
             read_only: true,
         });
     }
-    if let Some(model) = &paths.model {
+    if let Some((model, target)) = model {
         // Writable: connecting to a Unix socket needs write permission on it. It is the socket
         // file alone; what a connection can do is what the gateway answers.
         binds.push(BindMount {
             source: model.socket.clone(),
-            target: crate::gateway::CONTAINER_SOCKET.into(),
+            target: target.into(),
             read_only: false,
         });
     }
@@ -419,7 +433,7 @@ fn identity(policy: &Policy, paths: &HostPaths) -> (u32, u32, String) {
 /// The complete environment: the policy's fixed values, then the host variables it passes,
 /// then (with model access, and over anything the policy named alike) the socket's path and the
 /// honeytoken. The last two are the one documented exception to "the policy's env alone".
-fn environment(policy: &Policy, model: Option<&ModelMount>) -> BTreeMap<String, String> {
+fn environment(policy: &Policy, model: Option<(&ModelMount, &str)>) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = policy
         .env
         .set
@@ -433,11 +447,8 @@ fn environment(policy: &Policy, model: Option<&ModelMount>) -> BTreeMap<String, 
                 .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
         )
         .collect();
-    if let Some(model) = model {
-        env.insert(
-            crate::gateway::SOCKET_ENV.into(),
-            crate::gateway::CONTAINER_SOCKET.into(),
-        );
+    if let Some((model, target)) = model {
+        env.insert(crate::gateway::SOCKET_ENV.into(), target.into());
         env.insert(model.key_env.clone(), model.honeytoken.clone());
     }
     env
@@ -904,28 +915,39 @@ mod tests {
         };
         let with = build("s", &p, &paths, &cmd, BTreeMap::new(), false).unwrap();
         assert!(!without.env.contains_key(crate::gateway::SOCKET_ENV));
-        assert!(without
-            .binds
-            .iter()
-            .all(|b| b.target != crate::gateway::CONTAINER_SOCKET));
+        let prefix = crate::gateway::CONTAINER_SOCKET_PREFIX;
+        assert!(without.binds.iter().all(|b| !b.target.starts_with(prefix)));
         let added: Vec<_> = with
             .binds
             .iter()
             .filter(|b| !without.binds.contains(b))
             .collect();
+        assert_eq!(added.len(), 1, "{added:?}");
+        let target = added[0].target.clone();
         assert_eq!(
             added,
             [&BindMount {
                 source: "/s/sessions/x/model/model.sock".into(),
-                target: "/run/golem/model.sock".into(),
+                target: target.clone(),
                 read_only: false,
             }]
         );
+        // Where the socket is mounted cannot be known in advance by an image (a symlink there
+        // would move the mount point, even onto the host's disk).
+        let random = target
+            .strip_prefix(prefix)
+            .unwrap()
+            .strip_suffix(".sock")
+            .unwrap();
+        assert_eq!(random.len(), 32);
+        assert!(random.bytes().all(|b| b.is_ascii_hexdigit()));
+        let again = build("s", &p, &paths, &cmd, BTreeMap::new(), false).unwrap();
+        assert!(again.binds.iter().all(|b| b.target != target));
         let mut expected = without.env.clone();
-        expected.insert("GOLEM_MODEL_SOCKET".into(), "/run/golem/model.sock".into());
+        expected.insert("GOLEM_MODEL_SOCKET".into(), target.clone());
         expected.insert("OPENAI_API_KEY".into(), "sk-proj-fake".into());
         assert_eq!(with.env, expected);
         assert_eq!(with.network, NetworkMode::None);
-        assert!(with.to_string().contains("/run/golem/model.sock"));
+        assert!(with.to_string().contains(&target));
     }
 }

@@ -16,6 +16,7 @@ mod documents;
 mod harness;
 mod host_users;
 mod intake_races;
+mod model;
 mod policy_narrowing;
 mod refusals;
 mod review;

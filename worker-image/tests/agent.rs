@@ -92,7 +92,7 @@ fn gateway(socket: &Path, info: Value, script: Script) -> Arc<Mutex<Vec<Seen>>> 
 
 fn info(api: &str) -> Value {
     json!({"api": api, "models": ["m-1", "m-2"], "default_model": "m-1",
-           "budget": {"requests_left": 10, "input_tokens_left": 100000, "output_tokens_left": 2000}})
+           "budget_left": {"requests": 10, "input_tokens": 100000, "output_tokens": 2000}})
 }
 
 /// A model turn calling one tool, in `api`'s format.

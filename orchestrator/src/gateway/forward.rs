@@ -1,5 +1,6 @@
 //! Sending one checked request upstream: a fresh header set built from an allowlist, the key
-//! added here and nowhere else, a time limit, and a cap on the answer's size.
+//! added here and nowhere else, a time limit, a cap on the answer's size, and no answer that
+//! carries the key back (an upstream echoing it would hand it to the worker).
 //!
 //! The worker's headers are never copied wholesale. `Authorization`, `x-api-key`, cookies,
 //! `proxy-*` and hop-by-hop headers simply are not on the list, so a worker cannot smuggle its
@@ -19,6 +20,10 @@ use super::config::{ModelApi, Upstream};
 /// `application/json`). Everything else is dropped.
 const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
+/// Most bytes of an `anthropic-beta` value passed on, and of one feature name in it.
+const MAX_BETA_BYTES: usize = 256;
+const MAX_BETA_NAME: usize = 64;
+
 /// The Messages API version sent when the worker names none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -37,6 +42,10 @@ pub(super) enum ForwardError {
     /// The answer was larger than [`MAX_RESPONSE_BYTES`].
     #[error("the model upstream's answer is larger than {MAX_RESPONSE_BYTES} bytes")]
     TooLarge,
+    /// The answer carried the host's key (an upstream echoing it in an error, or whatever the
+    /// base URL really points at): passed on, it would hand the key to the worker.
+    #[error("the model upstream's answer carried the host's key; it was withheld")]
+    KeyInAnswer,
 }
 
 /// What the upstream answered.
@@ -44,7 +53,7 @@ pub(super) enum ForwardError {
 pub(super) struct Answer {
     /// HTTP status.
     pub status: u16,
-    /// The body, passed to the worker unchanged.
+    /// The body, passed to the worker unchanged (never one that carries the key).
     pub body: Bytes,
     /// `(input, output)` tokens the provider reported, when it did.
     pub usage: Option<(u64, u64)>,
@@ -95,6 +104,10 @@ impl Forwarder {
                 }
                 body.extend_from_slice(&chunk);
             }
+            let key = self.upstream.key().expose().as_bytes();
+            if memchr::memmem::find(&body, key).is_some() {
+                return Err(ForwardError::KeyInAnswer);
+            }
             let usage = serde_json::from_slice(&body)
                 .ok()
                 .and_then(|v: Value| usage(api, &v));
@@ -132,11 +145,7 @@ pub(super) fn outgoing_headers(
     out.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if api == ModelApi::Anthropic {
         for name in FORWARDED {
-            let value = worker.get(name).filter(|v| {
-                v.as_bytes()
-                    .iter()
-                    .all(|b| b.is_ascii_graphic() || *b == b' ')
-            });
+            let value = worker.get(name).filter(|v| well_formed(name, v.as_bytes()));
             if let Some(v) = value {
                 out.insert(HeaderName::from_static(name), v.clone());
             }
@@ -161,6 +170,35 @@ pub(super) fn outgoing_headers(
     out
 }
 
+/// Whether a worker's value for the forwarded header `name` has the shape the provider
+/// documents: a date for `anthropic-version`, and for `anthropic-beta` a short comma-separated
+/// list of lowercase feature names (`tools-2024-04-04`). These headers go upstream but not into
+/// the transcript, so anything else in them (a worker's environment, the honeytoken, a document)
+/// would be a channel to the provider nobody reviews; a value of another shape is dropped.
+fn well_formed(name: &str, value: &[u8]) -> bool {
+    match name {
+        "anthropic-version" => {
+            value.len() == 10
+                && value.iter().enumerate().all(|(i, b)| match i {
+                    4 | 7 => *b == b'-',
+                    _ => b.is_ascii_digit(),
+                })
+        }
+        "anthropic-beta" => {
+            value.len() <= MAX_BETA_BYTES
+                && value.split(|b| *b == b',').all(|feature| {
+                    let feature = feature.trim_ascii();
+                    !feature.is_empty()
+                        && feature.len() <= MAX_BETA_NAME
+                        && feature.iter().all(|b| {
+                            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.')
+                        })
+                })
+        }
+        _ => false,
+    }
+}
+
 /// `(input, output)` tokens from a provider's `usage` object.
 pub(super) fn usage(api: ModelApi, body: &Value) -> Option<(u64, u64)> {
     let u = body.get("usage")?;
@@ -173,5 +211,39 @@ pub(super) fn usage(api: ModelApi, body: &Value) -> Option<(u64, u64)> {
             Some((count("input_tokens")? + cached, count("output_tokens")?))
         }
         ModelApi::Openai => Some((count("prompt_tokens")?, count("completion_tokens")?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_headers_carry_only_their_documented_shape() {
+        for ok in [
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "tools-2024-04-04"),
+            (
+                "anthropic-beta",
+                "prompt-caching-2024-07-31, token-efficient-tools-2025-02-19",
+            ),
+        ] {
+            assert!(well_formed(ok.0, ok.1.as_bytes()), "{ok:?}");
+        }
+        let env = "PATH=/bin,ANTHROPIC_API_KEY=sk-ant-api03-AbC_dEf-AA,HOME=/";
+        let long = "a".repeat(MAX_BETA_NAME + 1);
+        let many = vec!["feature-2024-01-01"; 20].join(",");
+        for bad in [
+            ("anthropic-version", "2023-06-01x"),
+            ("anthropic-version", "latest"),
+            ("anthropic-beta", env),
+            ("anthropic-beta", "Tools-2024"),
+            ("anthropic-beta", "a,,b"),
+            ("anthropic-beta", long.as_str()),
+            ("anthropic-beta", many.as_str()),
+            ("x-api-key", "k"),
+        ] {
+            assert!(!well_formed(bad.0, bad.1.as_bytes()), "{bad:?}");
+        }
     }
 }

@@ -43,8 +43,15 @@ pub use config::{host_config_path, ConfigError, ModelApi, ModelKey, Upstream};
 
 /// The socket's file name inside the session's socket directory.
 pub const SOCKET_NAME: &str = "model.sock";
-/// Where the session mounts the socket in the container.
-pub const CONTAINER_SOCKET: &str = "/run/golem/model.sock";
+/// Where the session mounts the socket in the container: this prefix, 32 random hex digits and
+/// `.sock`, drawn afresh for every plan, as the init's target is
+/// ([`crate::plan::INIT_TARGET_PREFIX`]). runc resolves a mount's target through the image's
+/// own symlinks and creates the mount point wherever it lands: at a fixed path such as
+/// `/run/golem/model.sock`, an image whose `/run/golem` is a symlink to `/workspace` made the
+/// engine create an empty, root-owned `model.sock` in the project's workspace on the host (and
+/// at `full`, in the repository). A name nobody knows before the plan cannot be planted. The
+/// worker learns it from [`SOCKET_ENV`].
+pub const CONTAINER_SOCKET_PREFIX: &str = "/.golem-model-";
 /// The variable that tells the worker where the socket is.
 pub const SOCKET_ENV: &str = "GOLEM_MODEL_SOCKET";
 
@@ -296,7 +303,7 @@ fn bind_socket(dir: &Path, uid: u32, gid: u32) -> Result<(UnixListener, PathBuf)
 }
 
 impl GatewayHandle {
-    /// The socket's host path, to bind-mount at [`CONTAINER_SOCKET`].
+    /// The socket's host path, to bind-mount at a [`CONTAINER_SOCKET_PREFIX`] target.
     pub fn socket_path(&self) -> &Path {
         &self.socket
     }

@@ -355,6 +355,22 @@ async fn a_hanging_upstream_is_cut_at_the_request_timeout() {
 }
 
 #[tokio::test]
+async fn an_answer_carrying_the_key_is_withheld_from_the_worker_and_the_records() {
+    let echo = Reply::error(401, &format!("invalid x-api-key: {KEY}"));
+    let f = fixture(ModelApi::Anthropic, &policy(), vec![echo]).await;
+    let (status, answer) = post(&f, "/v1/messages", "", &ask("host-model", 10)).await;
+    assert_eq!(status, 502, "{answer}");
+    assert!(!answer.to_string().contains(KEY), "{answer}");
+    assert_eq!(f.upstream.count(), 1);
+    let (status, _) = post(&f, "/v1/messages", "", &ask("host-model", 10)).await;
+    assert_eq!(status, 200, "an honest answer still passes");
+    let events = format!("{:?}", f.events.lock().unwrap());
+    let report = f.gateway.shutdown().await;
+    let transcript = std::fs::read_to_string(&report.transcript_path).unwrap();
+    assert!(!transcript.contains(KEY) && !events.contains(KEY));
+}
+
+#[tokio::test]
 async fn the_honeytoken_is_caught_flagged_and_never_forwarded() {
     let f = fixture(ModelApi::Anthropic, &policy(), vec![]).await;
     assert!(f.token.starts_with("sk-ant-api03-") && f.token.ends_with("AA"));

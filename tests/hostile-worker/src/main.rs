@@ -40,6 +40,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
+mod model;
+
 const USAGE: &str = "\
 usage: hostile-worker MODE [ARGS]
 modes:
@@ -75,6 +77,9 @@ modes:
   flood N BYTES       create N small files /output/f{i}, then /output/zz-big of BYTES bytes
   sparse BYTES        write ok.txt and /output/sparse, a hole of BYTES bytes using no memory
   unreadable          write ok.txt, a mode-000 file and a mode-000 directory holding a file
+  model ACTION...     talk to the model gateway's socket: info, ask, ask-model NAME, auth,
+                      big BYTES, connect, absolute, env, burst N, socket PATH, sockets, leak;
+                      write /output/model.json
   prlimit-init N [soft]
                       lower PID 1's RLIMIT_NOFILE to N (soft and hard, or only the soft
                       limit), then write ok.txt and two more files
@@ -182,6 +187,7 @@ fn main() -> ExitCode {
             _ => usage("prlimit-init takes a descriptor count and optionally `soft`"),
         },
         ("say", Some(_)) => say(&args[1..]),
+        ("model", Some(_)) => model::model(&args[1..]),
         ("files", Some(_)) if !args.len().is_multiple_of(2) => files(&args[1..]),
         ("setid-workspace", None) => setid_workspace(),
         // Run by the probe from /tmp and /output to see whether exec works.

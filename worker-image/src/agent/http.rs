@@ -1,7 +1,7 @@
 //! A tiny HTTP/1.1 client over the gateway's Unix socket.
 //!
 //! The container has no network, so the only thing this ever talks to is the host's gateway at
-//! `/run/golem/model.sock`. That peer is trusted more than the documents but its answers still
+//! `$GOLEM_MODEL_SOCKET`. That peer is trusted more than the documents but its answers still
 //! carry model output, so the client is defensive anyway: one request per connection
 //! (`Connection: close`), a deadline over the whole exchange (not per read, so a peer trickling
 //! one byte a minute cannot hold the worker), a cap on the header block and on the body, and

@@ -32,7 +32,9 @@ use http::Client;
 use protocol::{Api, Conversation, Usage};
 use tools::{InputInfo, Roots, Tools};
 
-/// Where the host mounts the gateway's socket.
+/// The socket used when neither `--socket` nor `$GOLEM_MODEL_SOCKET` names one (running by
+/// hand). golem-orch always sets the variable: it mounts the socket at a random path per
+/// session, so that an image's own symlinks cannot move the mount point.
 pub const DEFAULT_SOCKET: &str = "/run/golem/model.sock";
 /// The environment variable naming the socket.
 pub const SOCKET_ENV: &str = "GOLEM_MODEL_SOCKET";
@@ -187,9 +189,12 @@ fn fetch_info(client: &Client) -> Result<Info, String> {
         .filter(|m| !m.is_empty())
         .or_else(|| v.get("models")?.as_array()?.first()?.as_str())
         .ok_or("the gateway names no model")?;
+    // The gateway says `"budget_left": {"requests", "input_tokens", "output_tokens"}`
+    // (golem-orch's `gateway::Shared::info`); without reading it the agent would ask for
+    // more than a lowered budget holds and be refused on its first turn.
     let output_tokens_left = v
-        .get("budget")
-        .and_then(|b| b.get("output_tokens_left"))
+        .get("budget_left")
+        .and_then(|b| b.get("output_tokens"))
         .and_then(Value::as_u64);
     Ok(Info {
         api,

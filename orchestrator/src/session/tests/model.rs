@@ -49,7 +49,7 @@ async fn mounted(engine: &FakeEngine) -> (PathBuf, String) {
             let socket = plan
                 .binds
                 .iter()
-                .find(|b| b.target == crate::gateway::CONTAINER_SOCKET)
+                .find(|b| b.target == plan.env["GOLEM_MODEL_SOCKET"])
                 .map(|b| b.source.clone())
                 .expect("the socket is mounted");
             let token = plan.env["OPENAI_API_KEY"].clone();
@@ -177,7 +177,7 @@ async fn a_model_session_mounts_its_socket_audits_each_request_and_stages_the_tr
     assert_eq!((outcome.model, record.model), (Some(usage), Some(usage)));
     assert_eq!(scripted.count(), 1);
     let plan = engine.plan().unwrap();
-    assert_eq!(plan.env["GOLEM_MODEL_SOCKET"], "/run/golem/model.sock");
+    assert!(plan.env["GOLEM_MODEL_SOCKET"].starts_with(crate::gateway::CONTAINER_SOCKET_PREFIX));
     // The socket went with the container.
     let socket = socket_seen.lock().unwrap().clone().unwrap();
     assert!(!socket.exists() && !socket.parent().unwrap().exists());
@@ -292,10 +292,9 @@ async fn without_model_access_nothing_model_related_enters_the_container() {
     let (outcome, record, engine) = run_script(&f, Script::new(chunks(&archive, 300), 0)).await;
     assert_eq!(outcome.status, SessionStatus::Staged, "{outcome:?}");
     let plan = engine.plan().unwrap();
-    assert!(plan
-        .binds
-        .iter()
-        .all(|b| b.target != crate::gateway::CONTAINER_SOCKET));
+    assert!(plan.binds.iter().all(|b| !b
+        .target
+        .starts_with(crate::gateway::CONTAINER_SOCKET_PREFIX)));
     assert!(!plan.env.contains_key("GOLEM_MODEL_SOCKET"));
     assert!(
         !plan.env.contains_key("OPENAI_API_KEY") && !plan.env.contains_key("ANTHROPIC_API_KEY")
@@ -393,13 +392,13 @@ async fn a_dry_run_shows_the_socket_and_its_variables() {
         .plan
         .binds
         .iter()
-        .find(|b| b.target == crate::gateway::CONTAINER_SOCKET)
+        .find(|b| {
+            b.target
+                .starts_with(crate::gateway::CONTAINER_SOCKET_PREFIX)
+        })
         .unwrap();
     assert!(!socket.read_only && socket.source.ends_with("model/model.sock"));
-    assert_eq!(
-        shown.plan.env["GOLEM_MODEL_SOCKET"],
-        "/run/golem/model.sock"
-    );
+    assert_eq!(shown.plan.env["GOLEM_MODEL_SOCKET"], socket.target);
     assert_eq!(
         shown.plan.env["OPENAI_API_KEY"],
         crate::session::HONEYTOKEN_PLACEHOLDER
