@@ -172,6 +172,7 @@ fn start_gateway(
         upstream: Arc::new(upstream),
         honeytoken: Some(gateway::honeytoken(ModelApi::Anthropic)),
         session_id: name.to_string(),
+        batch_budget: None,
     };
     Ok(gateway::start(spec, sink)?)
 }

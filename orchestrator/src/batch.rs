@@ -7,7 +7,7 @@
 //! that crashes, times out or is OOM-killed is recorded and quarantined; the others go on.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ use serde_json::json;
 use crate::audit::{self, Audit};
 use crate::engine::Engine;
 use crate::extract::{ExtractedFile, Rejected};
-use crate::gateway::ModelUsage;
+use crate::gateway::{BatchBudget, ModelUsage};
 use crate::home::{self, write_atomic, Home};
 use crate::intake::{self, FileId, InputRecord, Source};
 use crate::session::{self, Images, Outcome, RunOptions, SessionError};
@@ -384,7 +384,7 @@ pub async fn run(
     home: &Home,
     engine: &dyn Engine,
     mut record: Record,
-    template: RunOptions,
+    mut template: RunOptions,
     images: &Images,
     progress: &dyn Progress,
     cancel: impl std::future::Future<Output = ()>,
@@ -393,11 +393,12 @@ pub async fn run(
     let audit = Audit::new(home.audit_path());
     record.state = BatchState::Running;
     save(home, &record)?;
-    audit.record(
-        None,
-        "batch.started",
-        json!({ "batch": record.id, "documents": record.documents.len(), "jobs": record.settings.jobs, "trust_level": record.settings.spec.trust_level }),
-    )?;
+    let mut started = json!({ "batch": record.id, "documents": record.documents.len(), "jobs": record.settings.jobs, "trust_level": record.settings.spec.trust_level });
+    if let (Some(access), Some(shared)) = (template.model.as_mut(), batch_budget(&record)) {
+        started["batch_model_budget"] = json!({ "cap": shared.cap(), "left": shared.left() });
+        access.batch_budget = Some(shared);
+    }
+    audit.record(None, "batch.started", started)?;
     let todo: Vec<usize> = (0..record.documents.len())
         .filter(|&i| record.documents[i].needs_run())
         .collect();
@@ -432,6 +433,26 @@ pub async fn run(
     };
     let record = lock(&turns.shared).clone();
     conclude(home, &audit, record, cancelled)
+}
+
+/// The batch's shared model budget (`--batch-model-budget`), less what the record says its
+/// documents already spent: a resumed batch goes on with what is left, never a fresh cap.
+pub fn batch_budget(record: &Record) -> Option<Arc<BatchBudget>> {
+    let cap = record.settings.spec.batch_model_budget?;
+    Some(Arc::new(BatchBudget::new(cap, record.model_tokens_spent())))
+}
+
+impl Record {
+    /// Model tokens (input and output) its documents were charged, as recorded.
+    pub fn model_tokens_spent(&self) -> u64 {
+        self.documents
+            .iter()
+            .filter_map(|d| d.model)
+            .fold(0u64, |sum, m| {
+                sum.saturating_add(m.input_tokens)
+                    .saturating_add(m.output_tokens)
+            })
+    }
 }
 
 /// Refuses what a batch cannot do faithfully, before anything runs: `--stage-as-one` for an AI
@@ -533,13 +554,28 @@ fn record_outcome(d: &mut Document, outcome: Result<Outcome, SessionError>) {
             d.bytes = o.bytes;
             d.rejected = o.rejected;
             d.retry = o.host_failure;
-            d.model = o.model;
+            // A document run again (after a cancel or a host failure) keeps what its earlier
+            // sessions spent too: the batch's model budget is charged for every attempt.
+            d.model = add_usage(d.model, o.model);
         }
         Err(e) => {
             d.status = DocStatus::Failed;
             d.retry = e.is_host_failure();
             d.error = Some(e.to_string());
         }
+    }
+}
+
+/// A document's model use over its attempts.
+fn add_usage(before: Option<ModelUsage>, now: Option<ModelUsage>) -> Option<ModelUsage> {
+    match (before, now) {
+        (Some(before), Some(now)) => Some(ModelUsage {
+            requests: before.requests.saturating_add(now.requests),
+            input_tokens: before.input_tokens.saturating_add(now.input_tokens),
+            output_tokens: before.output_tokens.saturating_add(now.output_tokens),
+            refused: before.refused.saturating_add(now.refused),
+        }),
+        (before, now) => now.or(before),
     }
 }
 
@@ -888,6 +924,58 @@ mod tests {
         let plain = new_record(settings, vec![doc(DocStatus::Staged, false)]);
         let v = serde_json::to_value(plain.summary()).unwrap();
         assert!(v.get("model").is_none(), "{v}");
+    }
+
+    #[test]
+    fn a_resumed_batch_goes_on_with_what_its_documents_left_of_the_batch_budget() {
+        let usage = |input_tokens, output_tokens| ModelUsage {
+            requests: 1,
+            input_tokens,
+            output_tokens,
+            refused: 0,
+        };
+        let with = |status, m| Document {
+            model: m,
+            ..doc(status, false)
+        };
+        let mut settings = Settings {
+            spec: RunSpec::new(crate::policy::TrustLevel::Untrusted),
+            jobs: 2,
+            stage_as_one: false,
+        };
+        let docs = vec![
+            with(DocStatus::Staged, Some(usage(300, 50))),
+            with(DocStatus::Cancelled, Some(usage(100, 20))),
+            with(DocStatus::Pending, None),
+        ];
+        // Without the flag there is no shared budget.
+        let r = new_record(settings.clone(), docs.clone());
+        assert!(batch_budget(&r).is_none());
+        settings.spec.batch_model_budget = Some(1000);
+        let r = new_record(settings.clone(), docs.clone());
+        assert_eq!(r.model_tokens_spent(), 470);
+        let shared = batch_budget(&r).unwrap();
+        assert_eq!(
+            (shared.cap(), shared.spent(), shared.left()),
+            (1000, 470, 530)
+        );
+        // The cap survives the record's round trip, so --resume finds it.
+        let back: Record = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back.settings.spec.batch_model_budget, Some(1000));
+        assert_eq!(batch_budget(&back).unwrap().left(), 530);
+        // A batch already past its cap resumes with nothing left.
+        settings.spec.batch_model_budget = Some(400);
+        let r = new_record(settings, docs);
+        assert_eq!(batch_budget(&r).unwrap().left(), 0);
+        // A document run again keeps what its earlier attempt spent.
+        let twice = add_usage(Some(usage(100, 20)), Some(usage(7, 3))).unwrap();
+        assert_eq!(
+            (twice.requests, twice.input_tokens, twice.output_tokens),
+            (2, 107, 23)
+        );
+        assert_eq!(add_usage(Some(usage(1, 1)), None), Some(usage(1, 1)));
+        assert_eq!(add_usage(None, Some(usage(2, 2))), Some(usage(2, 2)));
+        assert_eq!(add_usage(None, None), None);
     }
 
     #[test]

@@ -77,6 +77,11 @@ pub struct RunSpec {
     /// this many each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_budget: Option<u64>,
+    /// `batch --batch-model-budget TOKENS`: one budget of model tokens (input and output
+    /// together) shared by every document of a batch, on top of each session's own. Kept in
+    /// the batch record so `--resume` goes on with what the documents left of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_model_budget: Option<u64>,
 }
 
 impl RunSpec {
@@ -98,6 +103,7 @@ impl RunSpec {
             task: None,
             model: None,
             model_budget: None,
+            batch_model_budget: None,
         }
     }
 }
@@ -255,7 +261,8 @@ pub enum SpecError {
     /// `--task`/`--task-file` was refused.
     #[error("{0}")]
     Task(String),
-    /// `--model` or `--model-budget` for a worker that has no model access.
+    /// `--model`, `--model-budget` or `--batch-model-budget` for a worker that has no model
+    /// access.
     #[error("{flag} is for a worker with model access (e.g. --worker agent); {worker} has none")]
     ModelFlagWithoutModel {
         /// The flag given.
@@ -395,13 +402,15 @@ impl RunSpec {
         })
     }
 
-    /// `--model` and `--model-budget` mean nothing to a worker without model access: refused,
+    /// `--model`, `--model-budget` and `--batch-model-budget` mean nothing to a worker without
+    /// model access: refused,
     /// so a person never believes a budget holds a worker that cannot spend one anyway.
     fn no_model_flags(&self) -> Result<(), SpecError> {
-        let flag = match (&self.model, self.model_budget) {
-            (Some(_), _) => "--model",
-            (None, Some(_)) => "--model-budget",
-            (None, None) => return Ok(()),
+        let flag = match (&self.model, self.model_budget, self.batch_model_budget) {
+            (Some(_), _, _) => "--model",
+            (None, Some(_), _) => "--model-budget",
+            (None, None, Some(_)) => "--batch-model-budget",
+            (None, None, None) => return Ok(()),
         };
         let worker = match &self.image {
             Some(image) => format!("image {image}"),
@@ -467,6 +476,7 @@ impl RunSpec {
         Ok(ModelAccess {
             upstream: Arc::new(upstream),
             model: self.model.clone(),
+            batch_budget: None,
         })
     }
 
@@ -882,6 +892,36 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn a_batch_model_budget_needs_a_model_worker_and_is_kept_in_the_spec() {
+        let spec = RunSpec {
+            batch_model_budget: Some(5000),
+            ..RunSpec::new(TrustLevel::Untrusted)
+        };
+        let err = resolve(&spec, &LOCAL).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SpecError::ModelFlagWithoutModel {
+                    flag: "--batch-model-budget",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.to_string().lines().count(), 1, "{err}");
+        // For an AI worker it resolves; the batch gives each session the shared budget.
+        let opts = resolve(&agent(spec.clone()), &LOCAL).unwrap();
+        assert!(opts.model.is_some_and(|m| m.batch_budget.is_none()));
+        let v = serde_json::to_value(&spec).unwrap();
+        assert_eq!(v["batch_model_budget"], 5000);
+        let back: RunSpec = serde_json::from_value(v).unwrap();
+        assert_eq!(back, spec);
+        // Specs without it (every run, and batches recorded before it) say nothing.
+        let plain = serde_json::to_value(RunSpec::new(TrustLevel::Untrusted)).unwrap();
+        assert!(plain.get("batch_model_budget").is_none(), "{plain}");
     }
 
     #[test]

@@ -681,6 +681,55 @@ attack! {
     }
 }
 
+attack! {
+    /// `batch --batch-model-budget` holds across documents: three documents each ask three
+    /// times (about 50 tokens reserved and charged per request) under a batch budget of 160
+    /// tokens, about one document's worth, at --jobs 3. The provider sees at most three
+    /// requests, the others get 429 naming the batch budget, and the batch's summed usage
+    /// never exceeds the cap. Attacks gateway/budget.rs `BatchBudget` (shared reservation).
+    fn a_batch_model_budget_caps_the_whole_batch(g)
+    given {
+        model_worker(&g, "mal", &["model", "ask", "ask", "ask"]);
+        for name in ["a", "b", "c"] {
+            g.file(&format!("docs/{name}.txt"), name);
+        }
+    }
+    {
+        let p = Provider::start("openai", vec![]);
+        p.set_fallback(Reply::text("ok").usage(40, 10));
+        let out = g.cmd(["batch", "--json", "--jobs", "3", "--worker", "mal", "--batch-model-budget", "160", "docs"])
+            .envs(p.env()).output().expect("spawn golem-orch");
+        let result: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", stderr_text(&out)));
+        let summary = &result["summary"]["model"];
+        let spent = summary["input_tokens"].as_u64().unwrap_or(u64::MAX)
+            + summary["output_tokens"].as_u64().unwrap_or(u64::MAX);
+        assert!(spent <= 160, "the batch spent {spent} of 160: {result}");
+        let forwarded = p.requests().len();
+        assert!((2..=3).contains(&forwarded), "{forwarded} forwarded: {result}");
+        assert_eq!(summary["requests"].as_u64(), Some(forwarded as u64), "{result}");
+        assert_eq!(summary["refused"].as_u64(), Some(9 - forwarded as u64), "{result}");
+        let docs = result["documents"].as_array().expect("documents");
+        let mut refusals = 0;
+        for d in docs {
+            let staged = d["staged"].as_str().unwrap_or_else(|| panic!("not staged: {d}"));
+            let text = std::fs::read_to_string(g.staged_files(staged).join("model.json")).expect("model.json");
+            let entries: Vec<Value> = serde_json::from_str(&text).expect("model.json");
+            for r in entries.iter().filter(|r| r["status"] == 429) {
+                let message = r["body"]["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains("the batch's model budget"), "{r}");
+                refusals += 1;
+            }
+        }
+        assert_eq!(refusals, 9 - forwarded, "{result}");
+        // The cap is kept in the record for --resume.
+        let id = result["batch"].as_str().expect("batch id");
+        let record = std::fs::read(g.home.join("batches").join(format!("{id}.json"))).expect("record");
+        let record: Value = serde_json::from_slice(&record).expect("record JSON");
+        assert_eq!(record["settings"]["batch_model_budget"], 160, "{record}");
+    }
+}
+
 // --------------------------------------------------------------------------- the agent
 
 /// The two documents of the end-to-end story, in the project.

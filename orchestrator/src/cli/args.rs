@@ -203,7 +203,10 @@ failed for a reason outside them (the engine went away, the disk was full). Reco
 .golem/batches/. Progress goes to stderr (a bar on a terminal, lines otherwise).
 
 --task, --model and --model-budget apply to every document, each in its own session with its own
-budget; --json adds the model use summed over documents. --stage-as-one is refused for AI workers
+budget; --json adds the model use summed over documents. --batch-model-budget TOKENS caps the
+whole batch on top: input and output tokens together, summed over every document, reserved
+before each request (a request it cannot cover gets 429, the worker's cue to stop); --resume goes
+on with what is left of it. --stage-as-one is refused for AI workers
 (each document's staged commit keeps its own transcript for review).
 
 Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
@@ -223,8 +226,12 @@ pub(super) struct BatchArgs {
     #[arg(long)]
     pub(super) stage_as_one: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "task", "task_file", "model", "model_budget"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
     pub(super) resume: Option<String>,
+    /// One model budget for the whole batch: at most TOKENS input and output tokens together,
+    /// summed over every document, on top of each session's own budget (AI workers only).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) batch_model_budget: Option<u64>,
     #[command(flatten)]
     pub(super) intake: IntakeArgs,
     #[command(flatten)]

@@ -69,8 +69,10 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
         bail!("nothing to process: give files, directories, URLs or --from FILE (see golem-orch batch --help)");
     }
     let documents = batch::documents(&inputs)?;
+    let mut spec = args.worker.spec(&args.intake, &args.command)?;
+    spec.batch_model_budget = args.batch_model_budget;
     let settings = batch::Settings {
-        spec: args.worker.spec(&args.intake, &args.command)?,
+        spec,
         jobs: args
             .jobs
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))

@@ -7,8 +7,14 @@
 //! usage charged instead; when there is no usage (a timeout, a transport error, an answer
 //! without a `usage` object) the reservation itself is charged, because the provider may well
 //! have billed for it.
+//!
+//! A batch may also share one [`BatchBudget`] across all its documents' sessions: model tokens,
+//! input and output together (one number a person can reason about as "what this batch may
+//! cost"). A session's request is reserved against both in one step, under the session's lock
+//! and then the batch's (always in that order, so sessions never deadlock), so documents racing
+//! for the batch's last tokens together spend at most the cap.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 
@@ -61,6 +67,62 @@ pub enum Exhausted {
         /// Input tokens left.
         left: u64,
     },
+    /// The whole batch's shared token budget cannot cover the request.
+    #[error("the batch's model budget ({cap} tokens, input and output together, shared by every document of the batch) has {left} tokens left; this request needs about {asked}")]
+    Batch {
+        /// Estimated input plus `max_tokens`.
+        asked: u64,
+        /// Batch tokens left.
+        left: u64,
+        /// The batch's cap.
+        cap: u64,
+    },
+}
+
+/// One budget of model tokens (input and output together) shared by every session of a batch,
+/// on top of each session's own [`Budget`]: `batch --batch-model-budget TOKENS`.
+#[derive(Debug)]
+pub struct BatchBudget {
+    cap: u64,
+    state: Mutex<BatchState>,
+}
+
+#[derive(Debug, Default)]
+struct BatchState {
+    spent: u64,
+    reserved: u64,
+}
+
+impl BatchBudget {
+    /// A batch budget of `cap` tokens of which `spent` are already gone (a resumed batch starts
+    /// with what its record says its documents spent).
+    pub fn new(cap: u64, spent: u64) -> BatchBudget {
+        BatchBudget {
+            cap,
+            state: Mutex::new(BatchState { spent, reserved: 0 }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BatchState> {
+        // Plain counters, consistent after every statement (as in `Budget::lock`).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cap.
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    /// Tokens neither spent nor reserved.
+    pub fn left(&self) -> u64 {
+        let s = self.lock();
+        self.cap.saturating_sub(s.spent.saturating_add(s.reserved))
+    }
+
+    /// Tokens charged so far (settled requests and the spend a resume started from).
+    pub fn spent(&self) -> u64 {
+        self.lock().spent
+    }
 }
 
 /// A charge held for one forwarded request until [`Budget::settle`].
@@ -69,6 +131,13 @@ pub enum Exhausted {
 pub struct Reservation {
     input: u64,
     output: u64,
+}
+
+impl Reservation {
+    /// What the reservation holds of a batch budget: input and output together.
+    fn batch_tokens(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +154,7 @@ pub struct Budget {
     max_input: u64,
     max_output: u64,
     state: Mutex<State>,
+    batch: Option<Arc<BatchBudget>>,
 }
 
 /// A rough, deliberately high token estimate for a request body: one token per three bytes.
@@ -102,7 +172,22 @@ impl Budget {
             max_input: policy.max_input_tokens,
             max_output: policy.max_output_tokens,
             state: Mutex::new(State::default()),
+            batch: None,
         }
+    }
+
+    /// A fresh budget with the policy's per-session caps that also reserves from, and settles
+    /// on, the batch's shared `batch` budget.
+    pub fn with_batch(policy: &ModelPolicy, batch: Option<Arc<BatchBudget>>) -> Budget {
+        Budget {
+            batch,
+            ..Budget::new(policy)
+        }
+    }
+
+    /// The batch budget this session shares, if any.
+    pub fn batch(&self) -> Option<&BatchBudget> {
+        self.batch.as_deref()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -134,10 +219,12 @@ impl Budget {
         self.lock().spent
     }
 
-    /// Charges one request, `max_tokens` output and `input_estimate` input tokens, or says
-    /// why the budget cannot cover them.
+    /// Charges one request, `max_tokens` output and `input_estimate` input tokens, against the
+    /// session's budget and the batch's (if any) in one step, or says which cannot cover them.
     pub fn reserve(&self, max_tokens: u64, input_estimate: u64) -> Result<Reservation, Exhausted> {
         let mut s = self.lock();
+        // The session's lock is held while the batch's is taken: the two reservations are one.
+        let mut batch = self.batch.as_ref().map(|b| (b.cap, b.lock()));
         let left = self.left_in(&s);
         if left.requests == 0 {
             return Err(Exhausted::Requests {
@@ -156,13 +243,25 @@ impl Budget {
                 left: left.input_tokens,
             });
         }
+        let r = Reservation {
+            input: input_estimate,
+            output: max_tokens,
+        };
+        if let Some((cap, b)) = batch.as_mut() {
+            let left = cap.saturating_sub(b.spent.saturating_add(b.reserved));
+            if r.batch_tokens() > left {
+                return Err(Exhausted::Batch {
+                    asked: r.batch_tokens(),
+                    left,
+                    cap: *cap,
+                });
+            }
+            b.reserved += r.batch_tokens();
+        }
         s.spent.requests += 1;
         s.input_reserved += input_estimate;
         s.output_reserved += max_tokens;
-        Ok(Reservation {
-            input: input_estimate,
-            output: max_tokens,
-        })
+        Ok(r)
     }
 
     /// Releases `r` and charges the provider's reported `(input, output)` usage, or the
@@ -174,6 +273,11 @@ impl Budget {
         let (input, output) = usage.unwrap_or((r.input, r.output));
         s.spent.input_tokens += input;
         s.spent.output_tokens += output;
+        if let Some(batch) = &self.batch {
+            let mut b = batch.lock();
+            b.reserved -= r.batch_tokens();
+            b.spent = b.spent.saturating_add(input.saturating_add(output));
+        }
     }
 }
 
@@ -230,6 +334,82 @@ mod tests {
         let r = b.reserve(1, 1).unwrap();
         b.settle(r, Some((1, 1)));
         assert_eq!(b.reserve(1, 1).unwrap_err(), Exhausted::Requests { max: 3 });
+    }
+
+    #[test]
+    fn a_batch_budget_is_reserved_and_settled_with_the_sessions() {
+        let batch = Arc::new(BatchBudget::new(100, 30));
+        let a = Budget::with_batch(&policy(10, 1000, 1000), Some(batch.clone()));
+        let b = Budget::with_batch(&policy(10, 1000, 1000), Some(batch.clone()));
+        assert_eq!(batch.left(), 70);
+        let r = a.reserve(20, 20).unwrap();
+        assert_eq!(batch.left(), 30);
+        // The other session's request is refused by the batch, and its own budget is untouched.
+        assert_eq!(
+            b.reserve(20, 11).unwrap_err(),
+            Exhausted::Batch {
+                asked: 31,
+                left: 30,
+                cap: 100
+            }
+        );
+        assert_eq!(b.left().requests, 10);
+        assert_eq!(b.left().output_tokens, 1000);
+        // Settling on a smaller reported usage frees the rest for everyone.
+        a.settle(r, Some((5, 5)));
+        assert_eq!(batch.spent(), 40);
+        assert_eq!(batch.left(), 60);
+        let r = b.reserve(20, 11).unwrap();
+        // No usage reported: the reservation is what the batch is charged.
+        b.settle(r, None);
+        assert_eq!(batch.spent(), 71);
+        // A session refusal comes first and reserves nothing of the batch.
+        assert!(matches!(a.reserve(2000, 1), Err(Exhausted::Output { .. })));
+        assert_eq!(batch.left(), 29);
+        // A resume that starts past the cap has nothing left, and says so.
+        let over = Budget::with_batch(
+            &policy(10, 1000, 1000),
+            Some(Arc::new(BatchBudget::new(10, 50))),
+        );
+        assert_eq!(
+            over.reserve(1, 1).unwrap_err(),
+            Exhausted::Batch {
+                asked: 2,
+                left: 0,
+                cap: 10
+            }
+        );
+    }
+
+    #[test]
+    fn sessions_racing_for_the_last_batch_tokens_spend_at_most_the_cap() {
+        let batch = Arc::new(BatchBudget::new(95, 0));
+        let sessions: Vec<_> = (0..4)
+            .map(|_| {
+                Arc::new(Budget::with_batch(
+                    &policy(100, 1 << 20, 1 << 20),
+                    Some(batch.clone()),
+                ))
+            })
+            .collect();
+        let handles: Vec<_> = (0..40)
+            .map(|i| {
+                let b = sessions[i % 4].clone();
+                std::thread::spawn(move || b.reserve(5, 5).map(|r| b.settle(r, None)))
+            })
+            .collect();
+        let ok = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(Result::is_ok)
+            .count();
+        assert_eq!(ok, 9);
+        assert_eq!(batch.spent(), 90);
+        let total: u64 = sessions
+            .iter()
+            .map(|s| s.spent().input_tokens + s.spent().output_tokens)
+            .sum();
+        assert_eq!(total, 90);
     }
 
     #[test]

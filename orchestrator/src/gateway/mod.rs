@@ -39,6 +39,7 @@ mod forward;
 mod server;
 pub mod transcript;
 
+pub use budget::BatchBudget;
 pub use config::{host_config_path, ConfigError, ModelApi, ModelKey, Upstream};
 
 /// The socket's file name inside the session's socket directory.
@@ -77,6 +78,8 @@ pub struct GatewaySpec<'a> {
     pub honeytoken: Option<String>,
     /// The session id, for the audit events.
     pub session_id: String,
+    /// The batch's shared budget, reserved from together with the session's own.
+    pub batch_budget: Option<Arc<BatchBudget>>,
 }
 
 impl std::fmt::Debug for GatewaySpec<'_> {
@@ -91,6 +94,7 @@ impl std::fmt::Debug for GatewaySpec<'_> {
             .field("policy", &self.policy)
             .field("upstream", &self.upstream)
             .field("session_id", &self.session_id)
+            .field("batch_budget", &self.batch_budget)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +129,9 @@ pub struct ModelAccess {
     pub upstream: Arc<Upstream>,
     /// `--model NAME`; `None` is the host's default model.
     pub model: Option<String>,
+    /// `batch --batch-model-budget`: one token budget every document's session reserves from
+    /// on top of its own, so a whole batch cannot spend more than the person allowed.
+    pub batch_budget: Option<Arc<BatchBudget>>,
 }
 
 /// A session's use of the model, as `run --json` and `batch --json` report it.
@@ -188,6 +195,7 @@ impl Shared {
             "models": self.allowed,
             "default_model": self.allowed.first(),
             "budget_left": self.budget.left(),
+            "batch_tokens_left": self.budget.batch().map(BatchBudget::left),
             "max_request_bytes": self.policy.max_request_bytes.bytes(),
             "max_concurrent": self.policy.max_concurrent,
             "streaming": false,
@@ -252,7 +260,7 @@ pub fn start(spec: GatewaySpec<'_>, sink: EventSink) -> Result<GatewayHandle, Ga
         api: spec.upstream.api,
         allowed,
         policy: spec.policy.clone(),
-        budget: budget::Budget::new(spec.policy),
+        budget: budget::Budget::with_batch(spec.policy, spec.batch_budget),
         permits: Semaphore::new(permits),
         forwarder: forward::Forwarder::new(spec.upstream)?,
         transcript,

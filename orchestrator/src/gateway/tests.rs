@@ -37,6 +37,16 @@ fn policy() -> ModelPolicy {
 }
 
 async fn fixture(api: ModelApi, policy: &ModelPolicy, script: Vec<Reply>) -> Fixture {
+    fixture_in_batch(api, policy, script, None).await
+}
+
+/// A gateway whose session also reserves from the batch's shared `batch` budget.
+async fn fixture_in_batch(
+    api: ModelApi,
+    policy: &ModelPolicy,
+    script: Vec<Reply>,
+    batch: Option<Arc<BatchBudget>>,
+) -> Fixture {
     let upstream = Scripted::start(script).await.unwrap();
     let key = ModelKey::new(KEY).unwrap();
     let host = Upstream::new(api, &upstream.base_url(), key, Some("host-model".into())).unwrap();
@@ -55,6 +65,7 @@ async fn fixture(api: ModelApi, policy: &ModelPolicy, script: Vec<Reply>) -> Fix
         upstream: Arc::new(host),
         honeytoken: Some(token.clone()),
         session_id: "s1".into(),
+        batch_budget: batch,
     };
     let gateway = start(spec, sink).unwrap();
     Fixture {
@@ -336,6 +347,92 @@ async fn a_burst_of_twenty_forwards_exactly_the_budget_and_the_counts_add_up() {
     assert_eq!(lines.lines().count(), 20);
 }
 
+/// What one `ask(model, 10)` reserves of a batch budget: its estimated input and max_tokens.
+fn batch_tokens_of_one_ask() -> u64 {
+    budget::estimate_input_tokens(ask("host-model", 10).to_string().len()) + 10
+}
+
+#[tokio::test]
+async fn gateways_sharing_a_batch_budget_forward_exactly_what_it_covers_under_a_burst() {
+    let per = batch_tokens_of_one_ask();
+    // Five requests fit; the sixth is one token short.
+    let cap = 6 * per - 1;
+    let batch = Arc::new(BatchBudget::new(cap, 0));
+    let mut p = policy();
+    p.max_requests = 20;
+    p.max_concurrent = 10;
+    let mut gateways = Vec::new();
+    for _ in 0..2 {
+        let f = fixture_in_batch(ModelApi::Openai, &p, vec![], Some(batch.clone())).await;
+        // The provider charges exactly what was reserved, so the count does not depend on
+        // how the requests interleave: at most what the batch covers is ever forwarded.
+        f.upstream.set_fallback(
+            Reply::text("ok")
+                .usage(per - 10, 10)
+                .delayed(Duration::from_millis(20)),
+        );
+        gateways.push(Arc::new(f));
+    }
+    let burst = (0..20).map(|i| {
+        let f = gateways[i % 2].clone();
+        tokio::spawn(
+            async move { post(&f, "/v1/chat/completions", "", &ask("host-model", 10)).await },
+        )
+    });
+    let answers: Vec<(u16, Value)> = futures_util::future::join_all(burst)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let ok = answers.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(ok, 5, "{answers:?}");
+    for (_, body) in answers.iter().filter(|(s, _)| *s != 200) {
+        assert_eq!(body["error"]["type"], "budget", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("the batch's model budget"), "{message}");
+    }
+    let forwarded: usize = gateways.iter().map(|f| f.upstream.count()).sum();
+    assert_eq!(forwarded, 5);
+    assert_eq!(batch.spent(), 5 * per);
+    assert_eq!(batch.left(), per - 1);
+    let mut spent = 0;
+    for f in gateways {
+        let Ok(f) = Arc::try_unwrap(f) else {
+            panic!("fixture still shared")
+        };
+        let report = f.gateway.shutdown().await;
+        spent += report.input_tokens + report.output_tokens;
+    }
+    // What the sessions report adds up to what the batch was charged.
+    assert_eq!(spent, 5 * per);
+}
+
+#[tokio::test]
+async fn settling_on_reported_usage_frees_the_rest_of_the_batch_budget() {
+    let per = batch_tokens_of_one_ask();
+    // Room for one reservation, not two; a small reported usage leaves room for the next.
+    let cap = 2 * per - 1;
+    let batch = Arc::new(BatchBudget::new(cap, 0));
+    let first = fixture_in_batch(ModelApi::Anthropic, &policy(), vec![], Some(batch.clone())).await;
+    let second =
+        fixture_in_batch(ModelApi::Anthropic, &policy(), vec![], Some(batch.clone())).await;
+    first.upstream.set_fallback(Reply::text("a").usage(5, 3));
+    second.upstream.set_fallback(Reply::text("b").usage(6, 4));
+    let (status, body) = post(&first, "/v1/messages", "", &ask("host-model", 10)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(batch.spent(), 8);
+    assert_eq!(batch.left(), cap - 8);
+    let (status, body) = post(&second, "/v1/messages", "", &ask("host-model", 10)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(batch.spent(), 18);
+    // /golem/info tells the worker what the batch has left.
+    let (status, info) = send(&second, "GET /golem/info HTTP/1.1", b"").await;
+    assert_eq!(status, 200);
+    assert_eq!(info["batch_tokens_left"], cap - 18);
+    first.gateway.shutdown().await;
+    second.gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_hanging_upstream_is_cut_at_the_request_timeout() {
     let mut p = policy();
@@ -470,6 +567,7 @@ async fn start_refuses_a_reused_directory_and_a_policy_without_a_model() {
         upstream: upstream.clone(),
         honeytoken: None,
         session_id: "s".into(),
+        batch_budget: None,
     };
     // `host` without GOLEM_MODEL leaves only the named model.
     assert_eq!(

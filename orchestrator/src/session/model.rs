@@ -170,6 +170,7 @@ impl Session<'_> {
             upstream: access.upstream.clone(),
             honeytoken: Some(honeytoken.clone()),
             session_id: self.id.clone(),
+            batch_budget: access.batch_budget.clone(),
         };
         let handle = gateway::start(spec, events.sink())?;
         paths.model = Some(ModelMount {

@@ -31,6 +31,7 @@ async fn access(replies: Vec<Reply>) -> (Scripted, ModelAccess) {
     let access = ModelAccess {
         upstream: Arc::new(upstream),
         model: None,
+        batch_budget: None,
     };
     (scripted, access)
 }
