@@ -284,9 +284,32 @@ pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     file.write_all(data)
 }
 
-/// A new session or staged-commit id: UUIDv7, so ids sort by creation time.
+/// A new session or staged-commit id: a UUIDv7, so ids sort by creation time. Its first 12 hex
+/// digits, the short form people see and paste back, are its millisecond timestamp, so that
+/// timestamp is made strictly increasing within the process: a batch that starts several
+/// sessions in one millisecond still gives each its own short id (plain `now_v7` gave them the
+/// same one, and `show` refused the pasted id as ambiguous).
 pub fn new_id() -> String {
-    uuid::Uuid::now_v7().simple().to_string()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_MS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut prev = LAST_MS.load(Ordering::Relaxed);
+    let ms = loop {
+        let next = now.max(prev.saturating_add(1));
+        match LAST_MS.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break next,
+            Err(seen) => prev = seen,
+        }
+    };
+    let random = uuid::Uuid::new_v4().into_bytes();
+    let mut tail = [0u8; 10];
+    tail.copy_from_slice(&random[..10]);
+    uuid::Builder::from_unix_timestamp_millis(ms, &tail)
+        .into_uuid()
+        .simple()
+        .to_string()
 }
 
 /// The short form people see and type (ids also resolve from any unique prefix).
@@ -381,6 +404,19 @@ fn perms_0600() -> std::fs::Permissions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_made_in_one_burst_have_distinct_short_forms_in_creation_order() {
+        let ids: Vec<String> = (0..2000).map(|_| new_id()).collect();
+        let shorts: std::collections::BTreeSet<&str> = ids.iter().map(|id| short(id)).collect();
+        assert_eq!(shorts.len(), ids.len(), "two ids share a short form");
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids do not sort by creation"
+        );
+        let parsed = uuid::Uuid::parse_str(&ids[0]).unwrap();
+        assert_eq!(parsed.get_version_num(), 7);
+    }
 
     #[test]
     fn ids_sort_by_time_and_resolve_by_prefix() {
