@@ -89,6 +89,16 @@ pub(super) enum Command {
     Doctor(JsonFlag),
     /// Remove containers and volumes whose orchestrator died, and mark their sessions failed.
     Gc(JsonFlag),
+    /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print golem-orch's man page (roff) on stdout.
+    #[command(after_help = MAN_HELP)]
+    Man,
     /// Show the append-only audit log.
     Audit {
         /// Only this session's records.
@@ -101,6 +111,17 @@ pub(super) enum Command {
         json: JsonFlag,
     },
 }
+
+const COMPLETIONS_HELP: &str = "\
+Examples:
+  golem-orch completions bash > ~/.local/share/bash-completion/completions/golem-orch
+  golem-orch completions zsh > \"${fpath[1]}/_golem-orch\"
+  golem-orch completions fish > ~/.config/fish/completions/golem-orch.fish";
+
+const MAN_HELP: &str = "\
+Examples:
+  golem-orch man | man -l -
+  golem-orch man > ~/.local/share/man/man1/golem-orch.1";
 
 const TRANSCRIPT_HELP: &str = "\
 The transcript is what the worker told the model and what the model said, request by request:
