@@ -80,3 +80,47 @@ fn the_man_page_is_roff_with_a_title_and_the_subcommands() {
         "the page lists no subcommands"
     );
 }
+
+/// `-q` silences the chatter on stderr (the batch's start line and its progress lines) and
+/// `run`'s next-step hints, never the result: the batch summary and the run's status still
+/// print, and `--json` is the same document.
+#[test]
+fn quiet_leaves_only_the_results() {
+    let g = crate::harness::Golem::new();
+    let a = g.file("docs/a.txt", "alpha\n");
+    let b = g.file("docs/b.txt", "beta\n");
+    let loud = g.output(["batch".as_ref(), a.as_os_str(), b.as_os_str()]);
+    assert!(loud.status.success(), "{loud:?}");
+    assert!(!loud.stderr.is_empty(), "no progress without -q: {loud:?}");
+    let out = g.output([
+        "-q".as_ref(),
+        "batch".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "chatter under -q: {out:?}");
+    assert!(stdout(&out).contains("succeeded"), "{out:?}");
+
+    let out = g.output(["run".as_ref(), "--quiet".as_ref(), a.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains(": staged") && text.contains("  staged "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("logs: golem-orch logs"),
+        "a hint under -q: {text}"
+    );
+
+    let (json, code) = g.json([
+        "-q".as_ref(),
+        "run".as_ref(),
+        "--json".as_ref(),
+        a.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["status"], "staged", "{json}");
+    g.assert_clean();
+}
