@@ -124,3 +124,32 @@ fn quiet_leaves_only_the_results() {
     assert_eq!(json["status"], "staged", "{json}");
     g.assert_clean();
 }
+
+/// The commands people reach for first show examples in their help, gc says what it may and may
+/// never touch, and the top-level help keeps its typical flow.
+#[test]
+fn help_shows_examples_and_gcs_scope() {
+    for command in ["run", "batch", "push", "gc"] {
+        let out = golem(&[command, "--help"]);
+        assert!(out.status.success(), "{command}: {out:?}");
+        let help = stdout(&out);
+        assert!(help.contains("\nExamples:\n"), "{command}: no examples");
+        assert!(
+            help.contains(&format!("  golem-orch {command}"))
+                || help.contains(&format!("  golem-orch -q {command}")),
+            "{command}: no example of itself"
+        );
+    }
+    let gc = stdout(&golem(&["gc", "--help"]));
+    for scope in [
+        "Engine-wide",
+        "State directories",
+        "Never touched",
+        "live session",
+    ] {
+        assert!(gc.contains(scope), "gc's help does not say {scope:?}");
+    }
+    let top = stdout(&golem(&["--help"]));
+    assert!(top.contains("Typical flow:"), "{top}");
+    assert!(top.contains("-q, --quiet"), "{top}");
+}
