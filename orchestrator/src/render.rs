@@ -26,6 +26,7 @@
 use std::fmt::{self, Write as _};
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use golem_protocol::chars;
 
@@ -244,6 +245,39 @@ pub fn err_coloured(text: &str) {
     write_stderr(&coloured(text));
 }
 
+/// Quiet mode (`-q/--quiet`), set once from the command line before anything prints.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Turns quiet mode on or off for the process. Quiet mode lives here, in the one place that
+/// prints, so "what -q silences" is one rule: progress (bars and lines) and the informational
+/// lines printed with [`info`]. Errors, results and `--json` never consult it.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether `-q/--quiet` was given, for a caller that prints an optional hint itself.
+pub fn is_quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// What an informational line becomes: rendered as a [`block`] with its newline, or nothing
+/// when quiet.
+fn info_text(quiet: bool, args: fmt::Arguments<'_>) -> Option<String> {
+    (!quiet).then(|| {
+        let mut text = block(&args.to_string());
+        text.push('\n');
+        text
+    })
+}
+
+/// Prints an informational line to stderr (what is about to happen, how far it got), rendered
+/// as a [`block`]; nothing under `-q`. Never for errors or results: use [`errln`] / [`outln`].
+pub fn info(args: fmt::Arguments<'_>) {
+    if let Some(text) = info_text(is_quiet(), args) {
+        write_stderr(&text);
+    }
+}
+
 /// Prints `value` as inert pretty JSON ([`json`]) and a newline on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> Result<(), serde_json::Error> {
     let mut text = json(value)?;
@@ -276,16 +310,22 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
     }
 }
 
-/// Progress on stderr: a bar on a terminal, one line per [`Progress::println`] otherwise. Its
-/// message and lines are rendered as [`line`]s.
+/// Progress on stderr: a bar on a terminal, one line per [`Progress::println`] otherwise, and
+/// nothing at all under `-q`. Its message and lines are rendered as [`line`]s.
 pub struct Progress {
     bar: Option<indicatif::ProgressBar>,
+    quiet: bool,
 }
 
 impl Progress {
-    /// A bar of `total` steps with `done` already done, when stderr is a terminal.
+    /// A bar of `total` steps with `done` already done, when stderr is a terminal and the
+    /// process is not quiet.
     pub fn new(total: usize, done: usize) -> Progress {
-        let bar = stderr_is_terminal().then(|| {
+        Progress::build(total, done, is_quiet(), stderr_is_terminal())
+    }
+
+    fn build(total: usize, done: usize, quiet: bool, terminal: bool) -> Progress {
+        let bar = (terminal && !quiet).then(|| {
             let bar = indicatif::ProgressBar::new(total as u64);
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
@@ -296,7 +336,7 @@ impl Progress {
             bar.set_position(done as u64);
             bar
         });
-        Progress { bar }
+        Progress { bar, quiet }
     }
 
     /// Sets the bar's message (what is running now); nothing without a bar.
@@ -318,8 +358,11 @@ impl Progress {
         self.bar.is_some()
     }
 
-    /// Prints one line above the bar, or on stderr without one.
+    /// Prints one line above the bar, or on stderr without one; nothing under `-q`.
     pub fn println(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
         match &self.bar {
             Some(bar) => bar.println(line(text)),
             None => {
@@ -429,6 +472,27 @@ mod tests {
             .iter()
             .fold(shown.clone(), |s, own| s.replace(own, ""));
         assert_inert(&without_own);
+    }
+
+    /// `-q` silences progress and informational lines, and nothing else: the rule lives in the
+    /// gate, so a caller cannot get it wrong.
+    #[test]
+    fn quiet_silences_progress_and_information_only() {
+        assert_eq!(
+            info_text(false, format_args!("batch {}: 3 to run\x1b[8m", "ab")).as_deref(),
+            Some("batch ab: 3 to run\\u{1b}[8m\n")
+        );
+        assert_eq!(info_text(true, format_args!("batch: 3 to run")), None);
+        let quiet = Progress::build(3, 1, true, true);
+        assert!(!quiet.is_bar() && quiet.quiet, "a bar under -q");
+        quiet.set_message("doc");
+        quiet.set_position(2);
+        quiet.println("[2/3] staged doc");
+        quiet.finish();
+        let plain = Progress::build(3, 1, false, false);
+        assert!(!plain.is_bar() && !plain.quiet);
+        // The process-wide switch starts off: output is unchanged unless -q is given.
+        assert!(!is_quiet());
     }
 
     /// The gate only works if nothing goes around it: no module but this one may print, touch

@@ -11,6 +11,7 @@ mod attacks;
 mod bad_input;
 mod batch;
 mod clearance;
+mod cli;
 mod crashes;
 mod documents;
 mod harness;

@@ -252,6 +252,29 @@ pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
     })
 }
 
+/// `golem-orch completions SHELL`: the script is generated from the same clap definition the
+/// binary parses with, so it can never offer a flag that does not exist. It goes through the
+/// rendering gate like everything else printed, although it is golem-orch's own text.
+pub(super) fn completions(shell: clap_complete::Shell) -> Result<ExitCode> {
+    let mut command = <super::Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "golem-orch", &mut script);
+    out!("{}", String::from_utf8_lossy(&script));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `golem-orch man`: a roff man page from the clap definition, for packagers and `man -l -`,
+/// so the page and `--help` never disagree.
+pub(super) fn man() -> Result<ExitCode> {
+    let command = <super::Cli as clap::CommandFactory>::command();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command)
+        .render(&mut page)
+        .context("cannot render the man page")?;
+    out!("{}", String::from_utf8_lossy(&page));
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `golem-orch audit`: the audit log, or `--verify` its hash chain.
 pub(super) fn audit(
     home: &Home,

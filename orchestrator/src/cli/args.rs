@@ -87,8 +87,20 @@ pub(super) enum Command {
     },
     /// Check that everything a session needs is in place.
     Doctor(JsonFlag),
-    /// Remove containers and volumes whose orchestrator died, and mark their sessions failed.
+    /// Remove containers and volumes whose orchestrator died, and mark their sessions failed
+    /// (engine-wide for your own state directories; see the scopes below).
+    #[command(after_help = GC_HELP)]
     Gc(JsonFlag),
+    /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print golem-orch's man page (roff) on stdout.
+    #[command(after_help = MAN_HELP)]
+    Man,
     /// Show the append-only audit log.
     Audit {
         /// Only this session's records.
@@ -101,6 +113,40 @@ pub(super) enum Command {
         json: JsonFlag,
     },
 }
+
+const COMPLETIONS_HELP: &str = "\
+Examples:
+  golem-orch completions bash > ~/.local/share/bash-completion/completions/golem-orch
+  golem-orch completions zsh > \"${fpath[1]}/_golem-orch\"
+  golem-orch completions fish > ~/.config/fish/completions/golem-orch.fish";
+
+const MAN_HELP: &str = "\
+Examples:
+  golem-orch man | man -l -
+  golem-orch man > ~/.local/share/man/man1/golem-orch.1";
+
+const GC_HELP: &str = "\
+Two scopes:
+  Engine-wide (this Docker engine, every project of yours): containers and volumes labelled
+    golem.managed whose golem.token label proves one of your state directories created them and
+    whose golem-orch process is gone, and golem-worker:<hash> image tags of other golem-orch builds
+    that no container uses.
+  State directories (./.golem or --home, and the ones the removed objects belong to): sessions
+    whose golem-orch process died are marked failed, half-written staged commits are removed, and
+    so are the init binaries of other builds in this state directory's bin/.
+run and batch do the same tidy-up first, for their own state directory only.
+
+Never touched: a live session's containers and volumes; objects whose labels do not carry a
+valid token (another user's, or labels an image brings); images other than golem-worker tags of
+other builds; pending, pushed or discarded staged commits; session records and logs (only a dead
+session's status changes); the audit log (gc appends to it); your git repositories.
+
+Examples:
+  golem-orch gc            # after a crash or a reboot: tidy up and say what was removed
+  golem-orch gc --json     # {containers, volumes, sessions_failed, ...} for scripts
+
+Exit codes: 0 everything found was removed; 1 something could not be removed (listed) or the
+engine could not be reached.";
 
 const TRANSCRIPT_HELP: &str = "\
 The transcript is what the worker told the model and what the model said, request by request:
@@ -121,7 +167,13 @@ Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o (with
 --yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
 attributes and hooks, build and environment files, #! scripts, golem's own files) are marked
 [sensitive: why]; look-alikes of other paths in the branch (differing only by case, Unicode
-normalisation or trailing dots/spaces) are marked [collides with ...] and refused unless --force.";
+normalisation or trailing dots/spaces) are marked [collides with ...] and refused unless --force.
+
+Examples:
+  golem-orch push ID                                # review, then commit onto golem/<id>
+  golem-orch push ID -b docs/summaries --prefix docs -m \"Add summaries\"
+  golem-orch push ID --only report.md --yes         # one file, no question (scripts, CI)
+  golem-orch push ID --remote origin                # then push that branch with your own git credentials";
 
 /// Which repository, branch and files a diff or push is about.
 #[derive(Debug, Args)]
@@ -187,6 +239,12 @@ session's transcript and staged for review: `golem-orch transcript ID`.
   golem-orch run --worker agent --task \"Summarise each document in three bullet points\" paper.pdf
   golem-orch run --worker agent --task-file task.md --model llama3.1 --model-budget 20000 notes.html
 
+Examples:
+  golem-orch run --untrusted https://example.org/paper.pdf    # a report of one downloaded document
+  golem-orch run --untrusted --timeout 30s --memory 256m notes/  # a folder, under lower limits
+  golem-orch run --dry-run --json paper.pdf                   # the container it would create
+  golem-orch run --image my-parser:local in.xml -- --strict   # your own local image, same policy
+
 Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
 worker exited non-zero; 4 timeout; 5 out of memory; 6 output rejected; 130 cancelled.";
 
@@ -208,6 +266,12 @@ whole batch on top: input and output tokens together, summed over every document
 before each request (a request it cannot cover gets 429, the worker's cue to stop); --resume goes
 on with what is left of it. --stage-as-one is refused for AI workers
 (each document's staged commit keeps its own transcript for review).
+
+Examples:
+  golem-orch batch -j 4 manuals/                      # every file in manuals/, four at a time
+  golem-orch batch --from urls.txt --stage-as-one     # listed paths or URLs, one staged commit
+  golem-orch batch --resume ID                        # finish a cancelled or crashed batch
+  golem-orch -q batch --json docs/ > batch.json       # no progress, just the result
 
 Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
 

@@ -14,7 +14,7 @@ use golem_orch::spec::Place;
 use golem_orch::{engine, gc, session};
 
 use super::args::BatchArgs;
-use super::{errln, open_home, present, print_json, shutdown_signal};
+use super::{infoln, open_home, present, print_json, shutdown_signal};
 
 /// `golem-orch batch`: a new batch, or `--resume` of an earlier one.
 pub(super) async fn batch_cmd(
@@ -36,7 +36,7 @@ pub(super) async fn batch_cmd(
     }
     let images = session::resolve_images(&engine, &template).await?;
     let pending = record.documents.iter().filter(|d| d.needs_run()).count();
-    errln!(
+    infoln!(
         "batch {}: {} document(s) to run, {} at a time",
         home::short(&record.id),
         pending,

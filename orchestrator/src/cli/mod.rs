@@ -61,6 +61,13 @@ macro_rules! errln {
     };
 }
 
+/// Writes an informational line to stderr through the rendering gate; nothing under `-q`.
+macro_rules! infoln {
+    ($($arg:tt)*) => {
+        golem_orch::render::info(format_args!($($arg)*))
+    };
+}
+
 /// [`errln!`] without the newline.
 macro_rules! err {
     ($($arg:tt)*) => {
@@ -68,7 +75,7 @@ macro_rules! err {
     };
 }
 
-pub(crate) use {err, errln, out, outln};
+pub(crate) use {err, errln, infoln, out, outln};
 
 const AFTER_HELP: &str = "\
 Trust levels (lowest first): untrusted, session, workspace, full. See `golem-orch policy show LEVEL`.
@@ -91,6 +98,11 @@ pub(crate) struct Cli {
     /// Load the four level policies from DIR instead of the built-in ones.
     #[arg(long, global = true, env = "GOLEM_POLICY_DIR", value_name = "DIR")]
     policy_dir: Option<PathBuf>,
+    /// Quiet: no progress bar or progress lines, no informational lines on stderr and no
+    /// next-step hints (`logs: golem-orch logs ID`). Results, errors, prompts and --json
+    /// output are printed exactly as without it.
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -115,6 +127,7 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
+    render::set_quiet(cli.quiet);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GOLEM_LOG")
@@ -185,6 +198,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         } => admin::policy_show(policy_dir, level, json.json),
         Command::Doctor(j) => admin::doctor(cli.home.as_deref(), policy_dir, j.json).await,
         Command::Gc(j) => admin::gc_cmd(&open_home(cli.home.as_deref())?, j.json).await,
+        Command::Completions { shell } => admin::completions(shell),
+        Command::Man => admin::man(),
         Command::Audit {
             session,
             verify,

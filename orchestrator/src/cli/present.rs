@@ -34,6 +34,10 @@ pub(super) fn run_outcome(outcome: &Outcome) {
     if let Some(m) = &outcome.model {
         outln!("  model: {}", model_usage(m));
     }
+    // Next-step hints, not the result: left out under -q.
+    if render::is_quiet() {
+        return;
+    }
     if let (Some(staged), Some(_)) = (&outcome.staged, &outcome.model) {
         outln!(
             "  transcript: golem-orch transcript {}",

@@ -1,0 +1,155 @@
+//! CLI conventions: shell completions, the man page, `-q`, and help that shows examples.
+//!
+//! These stories need no engine: they drive the binary alone, so they run in a blink.
+
+use std::process::{Command, Output, Stdio};
+
+/// golem-orch with these arguments, a clean environment and no terminal.
+fn golem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_golem-orch"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("GOLEM_HOME")
+        .env_remove("GOLEM_POLICY_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn golem-orch")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+#[test]
+fn bash_completions_offer_the_subcommands_and_the_trust_flags() {
+    let out = golem(&["completions", "bash"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    let script = stdout(&out);
+    for word in [
+        "run",
+        "batch",
+        "push",
+        "gc",
+        "staged",
+        "transcript",
+        "--untrusted",
+        "--json",
+    ] {
+        assert!(
+            script.contains(word),
+            "{word} missing from the bash completions"
+        );
+    }
+}
+
+#[test]
+fn every_supported_shell_gets_a_script_and_an_unknown_one_is_a_usage_error() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = golem(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        assert!(stdout(&out).contains("golem-orch"), "{shell}: {out:?}");
+    }
+    let out = golem(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+#[test]
+fn the_man_page_is_roff_with_a_title_and_the_subcommands() {
+    let out = golem(&["man"]);
+    assert!(out.status.success(), "{out:?}");
+    let page = stdout(&out);
+    // Only roff's quote-character preamble (`.ie`/`.el`) may come before the title.
+    let first_macro = page
+        .lines()
+        .find(|l| l.starts_with('.') && !l.starts_with(".ie") && !l.starts_with(".el"))
+        .unwrap_or_default();
+    assert!(
+        first_macro.starts_with(".TH golem-orch 1"),
+        "{first_macro:?}"
+    );
+    for section in [".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH SUBCOMMANDS"] {
+        assert!(
+            page.contains(section),
+            "{section} missing from the man page"
+        );
+    }
+    assert!(
+        page.contains("completions"),
+        "the page lists no subcommands"
+    );
+}
+
+/// `-q` silences the chatter on stderr (the batch's start line and its progress lines) and
+/// `run`'s next-step hints, never the result: the batch summary and the run's status still
+/// print, and `--json` is the same document.
+#[test]
+fn quiet_leaves_only_the_results() {
+    let g = crate::harness::Golem::new();
+    let a = g.file("docs/a.txt", "alpha\n");
+    let b = g.file("docs/b.txt", "beta\n");
+    let loud = g.output(["batch".as_ref(), a.as_os_str(), b.as_os_str()]);
+    assert!(loud.status.success(), "{loud:?}");
+    assert!(!loud.stderr.is_empty(), "no progress without -q: {loud:?}");
+    let out = g.output([
+        "-q".as_ref(),
+        "batch".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "chatter under -q: {out:?}");
+    assert!(stdout(&out).contains("succeeded"), "{out:?}");
+
+    let out = g.output(["run".as_ref(), "--quiet".as_ref(), a.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains(": staged") && text.contains("  staged "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("logs: golem-orch logs"),
+        "a hint under -q: {text}"
+    );
+
+    let (json, code) = g.json([
+        "-q".as_ref(),
+        "run".as_ref(),
+        "--json".as_ref(),
+        a.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["status"], "staged", "{json}");
+    g.assert_clean();
+}
+
+/// The commands people reach for first show examples in their help, gc says what it may and may
+/// never touch, and the top-level help keeps its typical flow.
+#[test]
+fn help_shows_examples_and_gcs_scope() {
+    for command in ["run", "batch", "push", "gc"] {
+        let out = golem(&[command, "--help"]);
+        assert!(out.status.success(), "{command}: {out:?}");
+        let help = stdout(&out);
+        assert!(help.contains("\nExamples:\n"), "{command}: no examples");
+        assert!(
+            help.contains(&format!("  golem-orch {command}"))
+                || help.contains(&format!("  golem-orch -q {command}")),
+            "{command}: no example of itself"
+        );
+    }
+    let gc = stdout(&golem(&["gc", "--help"]));
+    for scope in [
+        "Engine-wide",
+        "State directories",
+        "Never touched",
+        "live session",
+    ] {
+        assert!(gc.contains(scope), "gc's help does not say {scope:?}");
+    }
+    let top = stdout(&golem(&["--help"]));
+    assert!(top.contains("Typical flow:"), "{top}");
+    assert!(top.contains("-q, --quiet"), "{top}");
+}
