@@ -43,7 +43,13 @@ pub(super) enum Command {
         json: JsonFlag,
     },
     /// Show what a staged commit would change on a branch: added and modified files, as a diff.
-    Diff(TargetArgs),
+    Diff {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Only a per-file summary (A/M/= with changed lines) and a total, like `git diff --stat`.
+        #[arg(long)]
+        stat: bool,
+    },
     /// Commit a staged commit onto a branch of a git repository (asks first; never touches your work tree).
     #[command(after_help = PUSH_HELP)]
     Push {

@@ -181,7 +181,7 @@ fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::targe
 }
 
 /// `golem-orch diff ID`: what a staged commit would change on a branch.
-pub(super) fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
+pub(super) fn diff_cmd(home: &Home, t: &TargetArgs, stat: bool) -> Result<ExitCode> {
     let (id, target) = open_target(home, t)?;
     let stage = Stage::new(home.staged_dir());
     let manifest = stage.manifest(&id)?;
@@ -190,6 +190,8 @@ pub(super) fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
         print_json(
             &json!({ "staged": id, "repo": target.path, "branch": target.branch, "summary": golem_orch::diff::summary(&diffs), "files": diffs }),
         )?;
+    } else if stat {
+        outln!("{}", golem_orch::diff::stat(&diffs).trim_end());
     } else {
         // Colours are golem-orch's own, added after the content was rendered; the gate keeps
         // exactly those and escapes anything else.
