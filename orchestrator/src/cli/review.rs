@@ -65,11 +65,22 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     if json {
         let mut value = serde_json::to_value(&m)?;
         value["status"] = json!(status.word());
+        if let golem_orch::stage::Status::Pushed { commit, branch, at } = &status {
+            value["pushed"] = json!({ "commit": commit, "branch": branch, "at": at });
+        }
         value["path"] = json!(stage.dir(&id).join(golem_orch::stage::FILES));
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("staged   {}  ({})", line(&m.id), status.word());
+    if let golem_orch::stage::Status::Pushed { commit, branch, at } = &status {
+        outln!(
+            "pushed   {} on {}  ({})",
+            line(commit),
+            line(branch),
+            line(at)
+        );
+    }
     outln!("session  {}", line(&m.session));
     outln!("created  {}", line(&m.created_at));
     outln!("trust    {}", m.trust_level);
