@@ -206,7 +206,11 @@ pub(super) fn diff_cmd(home: &Home, t: &TargetArgs, stat: bool) -> Result<ExitCo
     } else {
         // Colours are golem-orch's own, added after the content was rendered; the gate keeps
         // exactly those and escapes anything else.
-        render::out_coloured(&golem_orch::diff::render(&diffs, present::color_wanted()));
+        // On a terminal it goes through the person's pager.
+        render::page_coloured(
+            &golem_orch::diff::render(&diffs, present::color_wanted()),
+            false,
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -248,10 +252,13 @@ pub(super) fn push_cmd(
         loop {
             match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
                 None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),
-                Some("d" | "diff") => render::err_coloured(&golem_orch::diff::render(
-                    &proposal.files,
-                    render::stderr_is_terminal(),
-                )),
+                Some("d" | "diff") => render::page_coloured(
+                    &golem_orch::diff::render(
+                        &proposal.files,
+                        render::stderr_is_terminal() && !render::no_color(),
+                    ),
+                    true,
+                ),
                 Some("y" | "yes") => break,
                 Some(_) => {
                     errln!("not pushed; the staged commit stays pending");
