@@ -317,3 +317,78 @@ fn text_with_invalid_utf8_is_shown_escaped_in_diff_not_hidden_as_binary() {
     );
     g.assert_clean();
 }
+
+#[test]
+fn diff_stat_gives_one_line_per_file_and_a_total_like_git() {
+    let g = Golem::new();
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_files(
+        &g,
+        &[
+            ("notes.md", b"one\ntwo\nthree\n"),
+            ("README.md", b"project\nmore\n"),
+        ],
+    );
+    let out = g.output(["diff", &id, "--stat"]);
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.lines().any(|l| l == " A notes.md  | 3 +++"),
+        "no stat line for notes.md:\n{text}"
+    );
+    // README.md's mark and counts agree with the JSON diff.
+    let (v, code) = g.json(["diff", &id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let readme = file(&v, "README.md");
+    let mark = match readme["change"].as_str() {
+        Some("added") => "A",
+        Some("modified") => "M",
+        other => panic!("README.md change {other:?}: {v}"),
+    };
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!(" {mark} README.md | "))),
+        "{text}"
+    );
+    let total = text.lines().last().unwrap_or_default();
+    assert!(
+        total.starts_with(" 2 file(s): ") && total.contains("insertion(s)(+)"),
+        "{text}"
+    );
+    // --stat is only a summary: no diff body.
+    assert!(!text.contains("@@"), "{text}");
+}
+
+#[test]
+fn show_after_a_push_names_the_commit_and_branch_and_the_subject_names_the_inputs() {
+    let g = Golem::new();
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_files(&g, &[("notes.md", b"notes\n")]);
+    let (before, code) = g.json(["show", &id, "--json"]);
+    assert_eq!(code, 0, "{before}");
+    assert!(before.get("pushed").is_none(), "{before}");
+
+    let (pushed, code) = g.json(["push", &id, "--yes", "--json"]);
+    assert_eq!(code, 0, "{pushed}");
+    let commit = pushed["commit"].as_str().unwrap_or_default().to_string();
+    let branch = pushed["branch"].as_str().unwrap_or_default().to_string();
+    assert!(!commit.is_empty() && !branch.is_empty(), "{pushed}");
+
+    let (v, code) = g.json(["show", &id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "pushed", "{v}");
+    assert_eq!(v["pushed"]["commit"], commit.as_str(), "{v}");
+    assert_eq!(v["pushed"]["branch"], branch.as_str(), "{v}");
+
+    let out = g.output(["show", &id]);
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("pushed   {commit} on {branch}"))),
+        "{text}"
+    );
+
+    let subject = git(g.project.path(), &["log", "-1", "--format=%s", &branch]);
+    assert!(subject.starts_with("golem: "), "{subject}");
+}
