@@ -36,6 +36,16 @@ fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
 /// `push` without `--yes` on a terminal (a pseudo-terminal from util-linux `script`), answering
 /// `answer`; returns everything the terminal showed.
 fn push_on_a_terminal(g: &Golem, id: &str, answer: &str) -> (String, bool) {
+    push_on_a_terminal_with(g, id, answer, &[])
+}
+
+/// [`push_on_a_terminal`] with extra environment (`PAGER`, `NO_COLOR`) set last.
+fn push_on_a_terminal_with(
+    g: &Golem,
+    id: &str,
+    answer: &str,
+    env: &[(&str, &str)],
+) -> (String, bool) {
     let command = format!("'{}' push {id}", env!("CARGO_BIN_EXE_golem-orch"));
     let mut child = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
@@ -43,6 +53,7 @@ fn push_on_a_terminal(g: &Golem, id: &str, answer: &str) -> (String, bool) {
         .env("GOLEM_HOME", &g.home)
         .env_remove("GOLEM_POLICY_DIR")
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -391,4 +402,33 @@ fn show_after_a_push_names_the_commit_and_branch_and_the_subject_names_the_input
 
     let subject = git(g.project.path(), &["log", "-1", "--format=%s", &branch]);
     assert!(subject.starts_with("golem: "), "{subject}");
+}
+
+#[test]
+fn the_diff_answer_in_the_push_prompt_goes_through_the_pager_and_respects_no_color() {
+    let g = Golem::new();
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_files(
+        &g,
+        &[("notes.md", b"just notes\n"), ("Makefile", b"all:\n")],
+    );
+
+    // A pager that marks what it was given, so the story sees the diff went through it.
+    let pager = "sed 's/^/paged: /'";
+    let (plain, pushed) =
+        push_on_a_terminal_with(&g, &id, "d\nn\n", &[("PAGER", pager), ("NO_COLOR", "1")]);
+    assert!(!pushed, "{plain}");
+    assert!(plain.contains("paged: +just notes"), "{plain}");
+    assert!(
+        !plain.contains('\x1b'),
+        "NO_COLOR still coloured: {plain:?}"
+    );
+
+    // An empty NO_COLOR does not count (no-color.org): the terminal gets colour.
+    let (coloured, pushed) =
+        push_on_a_terminal_with(&g, &id, "d\nn\n", &[("PAGER", "cat"), ("NO_COLOR", "")]);
+    assert!(!pushed, "{coloured}");
+    assert!(coloured.contains("\x1b[32m+just notes"), "{coloured:?}");
+    assert!(coloured.contains("\x1b[1;33m!! "), "{coloured:?}");
+    assert_eq!(git(g.project.path(), &["branch", "--list", "golem/*"]), "");
 }
