@@ -97,19 +97,7 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         "files in {}",
         render::path(&stage.dir(&id).join(golem_orch::stage::FILES))
     );
-    outln!("\ninputs ({})", m.inputs.len());
-    for i in &m.inputs {
-        outln!(
-            "  {}  {:>9}  {}  <- {}",
-            present::short_hash(&i.sha256),
-            present::human_bytes(i.size),
-            line(&i.name),
-            line(&i.source)
-        );
-        if i.hops.len() > 1 {
-            outln!("      redirected: {}", i.hops.join(" -> "));
-        }
-    }
+    show_inputs(&m);
     outln!(
         "\nfiles ({}, {})",
         m.files.len(),
@@ -137,6 +125,23 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     }
     show_model(&stage, &id, &m);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `show`'s inputs: hash, size, name, where each came from, and a URL's redirects.
+fn show_inputs(m: &golem_orch::stage::Manifest) {
+    outln!("\ninputs ({})", m.inputs.len());
+    for i in &m.inputs {
+        outln!(
+            "  {}  {:>9}  {}  <- {}",
+            present::short_hash(&i.sha256),
+            present::human_bytes(i.size),
+            line(&i.name),
+            line(&i.source)
+        );
+        if i.hops.len() > 1 {
+            outln!("      redirected: {}", i.hops.join(" -> "));
+        }
+    }
 }
 
 /// `show`'s model part: the transcript's size and use, and a high warning for the honeytoken.
