@@ -390,6 +390,12 @@ fn show_after_a_push_names_the_commit_and_branch_and_the_subject_names_the_input
     assert_eq!(v["status"], "pushed", "{v}");
     assert_eq!(v["pushed"]["commit"], commit.as_str(), "{v}");
     assert_eq!(v["pushed"]["branch"], branch.as_str(), "{v}");
+    let repo = v["pushed"]["repo"].as_str().unwrap_or_default().to_string();
+    assert!(
+        std::fs::canonicalize(&repo).ok() == std::fs::canonicalize(g.project.path()).ok(),
+        "{v}"
+    );
+    assert!(v["pushed"]["remote"].is_null(), "{v}");
 
     let out = g.output(["show", &id]);
     assert!(out.status.success(), "{}", stderr_text(&out));
@@ -399,6 +405,7 @@ fn show_after_a_push_names_the_commit_and_branch_and_the_subject_names_the_input
             .any(|l| l.starts_with(&format!("pushed   {commit} on {branch}"))),
         "{text}"
     );
+    assert!(text.contains(&format!("  into   {repo}\n")), "{text}");
 
     let subject = git(g.project.path(), &["log", "-1", "--format=%s", &branch]);
     assert!(subject.starts_with("golem: "), "{subject}");

@@ -65,21 +65,26 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     if json {
         let mut value = serde_json::to_value(&m)?;
         value["status"] = json!(status.word());
-        if let golem_orch::stage::Status::Pushed { commit, branch, at } = &status {
-            value["pushed"] = json!({ "commit": commit, "branch": branch, "at": at });
+        if let Some(pushed) = pushed(home, &id, &status) {
+            value["pushed"] = pushed;
         }
         value["path"] = json!(stage.dir(&id).join(golem_orch::stage::FILES));
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("staged   {}  ({})", line(&m.id), status.word());
-    if let golem_orch::stage::Status::Pushed { commit, branch, at } = &status {
+    if let Some(p) = pushed(home, &id, &status) {
+        let text = |k: &str| line(p[k].as_str().unwrap_or("-"));
         outln!(
             "pushed   {} on {}  ({})",
-            line(commit),
-            line(branch),
-            line(at)
+            text("commit"),
+            text("branch"),
+            text("at")
         );
+        outln!("  into   {}", text("repo"));
+        if p["remote"].is_string() {
+            outln!("  and to remote {}", text("remote"));
+        }
     }
     outln!("session  {}", line(&m.session));
     outln!("created  {}", line(&m.created_at));
@@ -125,6 +130,28 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     }
     show_model(&stage, &id, &m);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a pushed staged commit went: `{commit, branch, at, repo, remote}`. The status record
+/// keeps commit and branch; the repository and remote come from the audit log's `stage.pushed`
+/// event (null when the log has none for it). `None` while not pushed.
+fn pushed(home: &Home, id: &str, status: &golem_orch::stage::Status) -> Option<serde_json::Value> {
+    let golem_orch::stage::Status::Pushed { commit, branch, at } = status else {
+        return None;
+    };
+    let records = Audit::new(home.audit_path()).read().unwrap_or_default();
+    let event = records
+        .iter()
+        .rev()
+        .find(|r| r.event == "stage.pushed" && r.data["staged"] == id);
+    let field = |k: &str| event.map_or(serde_json::Value::Null, |r| r.data[k].clone());
+    Some(json!({
+        "commit": commit,
+        "branch": branch,
+        "at": at,
+        "repo": field("repo"),
+        "remote": field("remote"),
+    }))
 }
 
 /// `show`'s inputs: hash, size, name, where each came from, and a URL's redirects.
