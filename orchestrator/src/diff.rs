@@ -405,6 +405,57 @@ pub fn line_counts(d: &FileDiff) -> (usize, usize) {
     }
 }
 
+/// `diff --stat`: one line per file (mark, path, changed lines, `+`/`-` bar), then a total, so
+/// a reviewer of a large stage sees its shape before reading 850 lines of diff. Paths are
+/// escaped like everything else; content that is summarised rather than diffed shows as `Bin`.
+pub fn stat(diffs: &[FileDiff]) -> String {
+    const BAR: usize = 40;
+    let counts: Vec<(usize, usize)> = diffs.iter().map(line_counts).collect();
+    let paths: Vec<String> = diffs.iter().map(|d| crate::render::line(&d.path)).collect();
+    let width = paths.iter().map(|p| p.chars().count()).max().unwrap_or(0);
+    let most = counts.iter().map(|(a, r)| a + r).max().unwrap_or(0);
+    let digits = most.to_string().len();
+    let mut out = String::new();
+    for ((d, path), (a, r)) in diffs.iter().zip(&paths).zip(&counts) {
+        let pad = width - path.chars().count();
+        let detail = match &d.body {
+            Body::Summary(_) => format!("Bin {} bytes", d.size),
+            _ => {
+                // Scale the bar like git when the largest file would not fit.
+                let scale = |n: usize| {
+                    if most <= BAR || n == 0 {
+                        n
+                    } else {
+                        (n * BAR / most).max(1)
+                    }
+                };
+                let total = a + r;
+                let bar = format!("{}{}", "+".repeat(scale(*a)), "-".repeat(scale(*r)));
+                format!("{total:>digits$} {bar}").trim_end().to_string()
+            }
+        };
+        let _ = writeln!(
+            out,
+            " {} {path}{} | {detail}",
+            d.change.mark(),
+            " ".repeat(pad)
+        );
+    }
+    let of = |c: Change| diffs.iter().filter(|d| d.change == c).count();
+    let (added, removed) = counts
+        .iter()
+        .fold((0, 0), |(ta, tr), (a, r)| (ta + a, tr + r));
+    let _ = writeln!(
+        out,
+        " {} file(s): {} added, {} modified, {} unchanged; {added} insertion(s)(+), {removed} deletion(s)(-)",
+        diffs.len(),
+        of(Change::Added),
+        of(Change::Modified),
+        of(Change::Unchanged)
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,5 +578,66 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("A plain.md (added, 1 bytes)\n"), "{text}");
+    }
+
+    #[test]
+    fn stat_counts_lines_per_file_and_in_total() {
+        let file = |path: &str, change, old: Option<&[u8]>, new: &[u8]| FileDiff {
+            staged_path: path.into(),
+            path: path.into(),
+            change,
+            size: new.len() as u64,
+            body: if change == Change::Unchanged {
+                Body::None
+            } else {
+                body(path, old, new, "h")
+            },
+            sensitive: vec![],
+            collides_with: vec![],
+            invalid_utf8_bytes: 0,
+        };
+        let diffs = [
+            file("a.md", Change::Added, None, b"one\ntwo\nthree\n"),
+            file(
+                "docs/b.md",
+                Change::Modified,
+                Some(b"one\ntwo\n"),
+                b"one\nthree\nfour\n",
+            ),
+            file("c.md", Change::Unchanged, Some(b"x\n"), b"x\n"),
+            file("d.bin", Change::Added, None, b"\0\0"),
+        ];
+        assert_eq!(line_counts(&diffs[0]), (3, 0));
+        assert_eq!(line_counts(&diffs[1]), (2, 1));
+        let text = stat(&diffs);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], " A a.md      | 3 +++", "{text}");
+        assert_eq!(lines[1], " M docs/b.md | 3 ++-", "{text}");
+        assert_eq!(lines[2], " = c.md      | 0", "{text}");
+        assert_eq!(lines[3], " A d.bin     | Bin 2 bytes", "{text}");
+        assert_eq!(
+            lines[4],
+            " 4 file(s): 2 added, 1 modified, 1 unchanged; 5 insertion(s)(+), 1 deletion(s)(-)"
+        );
+    }
+
+    #[test]
+    fn stat_bars_are_scaled_to_forty_columns() {
+        let text: String = (0..100).map(|i| format!("{i}\n")).collect();
+        let d = FileDiff {
+            staged_path: "big.md".into(),
+            path: "big.md".into(),
+            change: Change::Added,
+            size: text.len() as u64,
+            body: body("big.md", None, text.as_bytes(), "h"),
+            sensitive: vec![],
+            collides_with: vec![],
+            invalid_utf8_bytes: 0,
+        };
+        let s = stat(&[d]);
+        assert!(
+            s.starts_with(&format!(" A big.md | 100 {}\n", "+".repeat(40))),
+            "{s}"
+        );
     }
 }

@@ -485,6 +485,44 @@ fn move_branch(target: &Target, id: &str, oid: Oid) -> Result<Oid, PushError> {
     }
 }
 
+/// How many input names a default subject lists before cutting with "…".
+const SUBJECT_NAMES: usize = 3;
+
+/// The default subject: the session's inputs, so `git log --oneline` tells sessions apart
+/// ("golem: 3 inputs: a.pdf, b.html, c.md", "golem: folder docs (329 inputs)"). Names are
+/// escaped to one inert line, as everything quoted from an input is.
+pub fn subject(inputs: &[crate::intake::InputRecord]) -> String {
+    let name = |n: &str| crate::render::line(n);
+    let folder = inputs
+        .first()
+        .and_then(|i| i.name.split_once('/'))
+        .map(|(f, _)| f);
+    match (inputs, folder) {
+        ([], _) => "golem: a golem-orch session".to_string(),
+        ([one], None) => format!("golem: {}", name(&one.name)),
+        (_, Some(f))
+            if inputs
+                .iter()
+                .all(|i| i.name.split_once('/').is_some_and(|(g, _)| g == f)) =>
+        {
+            format!("golem: folder {} ({} inputs)", name(f), inputs.len())
+        }
+        _ => {
+            let shown: Vec<String> = inputs
+                .iter()
+                .take(SUBJECT_NAMES)
+                .map(|i| name(&i.name))
+                .collect();
+            let more = if inputs.len() > SUBJECT_NAMES {
+                ", …"
+            } else {
+                ""
+            };
+            format!("golem: {} inputs: {}{more}", inputs.len(), shown.join(", "))
+        }
+    }
+}
+
 /// The commit message: the person's summary (or a default), then provenance trailers.
 pub fn commit_message(
     manifest: &Manifest,
@@ -499,14 +537,7 @@ pub fn commit_message(
         .count();
     let mut text = match message {
         Some(m) if !m.trim().is_empty() => m.trim_end().to_string(),
-        _ => {
-            let source = manifest
-                .inputs
-                .first()
-                .map(|i| i.name.as_str())
-                .unwrap_or("a golem-orch session");
-            format!("Add golem-orch output for {source} ({changed} file(s))")
-        }
+        _ => format!("{} ({changed} file(s))", subject(&manifest.inputs)),
     };
     text.push_str("\n\n");
     let mut trailer = |k: &str, v: &str| {
@@ -600,4 +631,53 @@ pub fn discard(stage: &Stage, audit: &Audit, id: &str) -> Result<(), PushError> 
         .unwrap_or_else(|_| id.to_string());
     audit.record(Some(&session), "stage.discarded", json!({ "staged": id }))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intake::InputRecord;
+
+    fn inputs(names: &[&str]) -> Vec<InputRecord> {
+        names
+            .iter()
+            .map(|n| InputRecord {
+                source: format!("/home/p/{n}"),
+                name: n.to_string(),
+                size: 1,
+                sha256: "0".repeat(64),
+                hops: vec![],
+                final_url: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_subject_names_the_inputs_or_the_folder() {
+        assert_eq!(subject(&inputs(&["a.pdf"])), "golem: a.pdf");
+        assert_eq!(
+            subject(&inputs(&["a.pdf", "b.html", "c.md"])),
+            "golem: 3 inputs: a.pdf, b.html, c.md"
+        );
+        assert_eq!(
+            subject(&inputs(&["a.pdf", "b.html", "c.md", "d.csv"])),
+            "golem: 4 inputs: a.pdf, b.html, c.md, …"
+        );
+        assert_eq!(
+            subject(&inputs(&["docs/a.pdf", "docs/sub/b.md"])),
+            "golem: folder docs (2 inputs)"
+        );
+        assert_eq!(
+            subject(&inputs(&["docs/a.pdf", "x.md"])),
+            "golem: 2 inputs: docs/a.pdf, x.md"
+        );
+        assert_eq!(subject(&[]), "golem: a golem-orch session");
+    }
+
+    #[test]
+    fn names_in_the_subject_are_one_inert_line() {
+        let s = subject(&inputs(&["a\nb\u{1b}[8m.md"]));
+        assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
+        assert!(s.starts_with("golem: a\\nb"), "{s}");
+    }
 }

@@ -136,6 +136,8 @@ pub enum Colour {
     Green,
     /// Hunk headers.
     Cyan,
+    /// Marks a reviewer must read (sensitive paths, collisions).
+    Warning,
 }
 
 impl Colour {
@@ -145,13 +147,21 @@ impl Colour {
             Colour::Red => "\x1b[31m",
             Colour::Green => "\x1b[32m",
             Colour::Cyan => "\x1b[36m",
+            Colour::Warning => "\x1b[1;33m",
         }
     }
 }
 
 const RESET: &str = "\x1b[0m";
 /// Every escape sequence golem-orch ever writes: its own colours and the reset.
-const OWN_SEQUENCES: [&str; 5] = ["\x1b[0m", "\x1b[1m", "\x1b[31m", "\x1b[32m", "\x1b[36m"];
+const OWN_SEQUENCES: [&str; 6] = [
+    "\x1b[0m",
+    "\x1b[1m",
+    "\x1b[31m",
+    "\x1b[32m",
+    "\x1b[36m",
+    "\x1b[1;33m",
+];
 
 /// `text` rendered as one [`line`], then coloured: for [`out_coloured`].
 pub fn paint(colour: Colour, text: &str) -> String {
@@ -226,6 +236,66 @@ pub fn outln(args: fmt::Arguments<'_>) {
 /// Prints to stdout text that carries golem-orch's own colours, rendered by [`coloured`].
 pub fn out_coloured(text: &str) {
     write_stdout(&coloured(text));
+}
+
+/// Whether the person asked for no colour: `NO_COLOR` set and non-empty (no-color.org), whatever
+/// the terminal.
+pub fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+/// The pager command for `PAGER` as read from the environment: `less -R` when unset, none when
+/// empty or `cat` (nothing to gain from a child process then).
+fn pager_command(var: Result<String, std::env::VarError>) -> Option<String> {
+    match var {
+        Err(std::env::VarError::NotPresent) => Some("less -R".to_string()),
+        Err(std::env::VarError::NotUnicode(_)) => None,
+        Ok(p) if p.trim().is_empty() || p.trim() == "cat" => None,
+        Ok(p) => Some(p),
+    }
+}
+
+/// Shows long text carrying golem-orch's own colours (an 850-line diff) through the person's
+/// pager, so it does not scroll past the question it answers. Only when stdout is a terminal;
+/// otherwise, or when the pager cannot start, it is written like [`out_coloured`] (or
+/// [`err_coloured`] with `on_stderr`). Either way the bytes are rendered by [`coloured`] first:
+/// the pager gets exactly what the terminal would have, so the gate still holds.
+pub fn page_coloured(text: &str, on_stderr: bool) {
+    let rendered = coloured(text);
+    let command = if stdout_is_terminal() {
+        pager_command(std::env::var("PAGER"))
+    } else {
+        None
+    };
+    if let Some(command) = command {
+        if let Some(()) = run_pager(&command, &rendered) {
+            return;
+        }
+    }
+    if on_stderr {
+        write_stderr(&rendered);
+    } else {
+        write_stdout(&rendered);
+    }
+}
+
+/// Feeds already rendered text to `sh -c PAGER` (as git does, so `PAGER="less -S"` works) and
+/// waits for it; `None` when it could not start. `LESS=FRX` unless the person set `LESS`: one
+/// screen quits at once, and the text stays on the terminal afterwards.
+fn run_pager(command: &str, rendered: &str) -> Option<()> {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", command])
+        .stdin(std::process::Stdio::piped());
+    if std::env::var_os("LESS").is_none() {
+        cmd.env("LESS", "FRX");
+    }
+    let mut child = cmd.spawn().ok()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // The person may quit the pager before reading everything: a broken pipe is fine.
+        let _ = stdin.write_all(rendered.as_bytes());
+    }
+    let _ = child.wait();
+    Some(())
 }
 
 /// Prints to stderr, rendered as a [`block`].
@@ -498,8 +568,34 @@ mod tests {
     /// The gate only works if nothing goes around it: no module but this one may print, touch
     /// stdout or stderr directly, or drive a progress bar.
     #[test]
+    fn the_pager_is_less_by_default_and_none_when_empty_or_cat() {
+        use std::env::VarError;
+        assert_eq!(
+            pager_command(Err(VarError::NotPresent)).as_deref(),
+            Some("less -R")
+        );
+        assert_eq!(pager_command(Ok(String::new())), None);
+        assert_eq!(pager_command(Ok(" ".into())), None);
+        assert_eq!(pager_command(Ok("cat".into())), None);
+        assert_eq!(
+            pager_command(Ok("less -S".into())).as_deref(),
+            Some("less -S")
+        );
+    }
+
+    #[test]
+    fn the_warning_colour_is_one_of_golem_orchs_own() {
+        let shown = coloured(&paint(Colour::Warning, "!! 1 collision"));
+        assert_eq!(shown, "\x1b[1;33m!! 1 collision\x1b[0m");
+    }
+
+    #[test]
     fn no_printing_path_bypasses_the_gate() {
-        const FORBIDDEN: [&str; 9] = [
+        // A pager is a child process that writes to the terminal: only render.rs starts one,
+        // and only with text that `coloured` rendered (see `page_coloured`).
+        const FORBIDDEN: [&str; 10] = [
+            // The variable's name as code reads it, so help text may still mention $PAGER.
+            "\"PAGER\"",
             "println!",
             "print!",
             "eprint!",

@@ -36,6 +36,16 @@ fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
 /// `push` without `--yes` on a terminal (a pseudo-terminal from util-linux `script`), answering
 /// `answer`; returns everything the terminal showed.
 fn push_on_a_terminal(g: &Golem, id: &str, answer: &str) -> (String, bool) {
+    push_on_a_terminal_with(g, id, answer, &[])
+}
+
+/// [`push_on_a_terminal`] with extra environment (`PAGER`, `NO_COLOR`) set last.
+fn push_on_a_terminal_with(
+    g: &Golem,
+    id: &str,
+    answer: &str,
+    env: &[(&str, &str)],
+) -> (String, bool) {
     let command = format!("'{}' push {id}", env!("CARGO_BIN_EXE_golem-orch"));
     let mut child = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
@@ -43,6 +53,7 @@ fn push_on_a_terminal(g: &Golem, id: &str, answer: &str) -> (String, bool) {
         .env("GOLEM_HOME", &g.home)
         .env_remove("GOLEM_POLICY_DIR")
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -316,4 +327,115 @@ fn text_with_invalid_utf8_is_shown_escaped_in_diff_not_hidden_as_binary() {
         "{text}"
     );
     g.assert_clean();
+}
+
+#[test]
+fn diff_stat_gives_one_line_per_file_and_a_total_like_git() {
+    let g = Golem::new();
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_files(
+        &g,
+        &[
+            ("notes.md", b"one\ntwo\nthree\n"),
+            ("README.md", b"project\nmore\n"),
+        ],
+    );
+    let out = g.output(["diff", &id, "--stat"]);
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.lines().any(|l| l == " A notes.md  | 3 +++"),
+        "no stat line for notes.md:\n{text}"
+    );
+    // README.md's mark and counts agree with the JSON diff.
+    let (v, code) = g.json(["diff", &id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    let readme = file(&v, "README.md");
+    let mark = match readme["change"].as_str() {
+        Some("added") => "A",
+        Some("modified") => "M",
+        other => panic!("README.md change {other:?}: {v}"),
+    };
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!(" {mark} README.md | "))),
+        "{text}"
+    );
+    let total = text.lines().last().unwrap_or_default();
+    assert!(
+        total.starts_with(" 2 file(s): ") && total.contains("insertion(s)(+)"),
+        "{text}"
+    );
+    // --stat is only a summary: no diff body.
+    assert!(!text.contains("@@"), "{text}");
+}
+
+#[test]
+fn show_after_a_push_names_the_commit_and_branch_and_the_subject_names_the_inputs() {
+    let g = Golem::new();
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_files(&g, &[("notes.md", b"notes\n")]);
+    let (before, code) = g.json(["show", &id, "--json"]);
+    assert_eq!(code, 0, "{before}");
+    assert!(before.get("pushed").is_none(), "{before}");
+
+    let (pushed, code) = g.json(["push", &id, "--yes", "--json"]);
+    assert_eq!(code, 0, "{pushed}");
+    let commit = pushed["commit"].as_str().unwrap_or_default().to_string();
+    let branch = pushed["branch"].as_str().unwrap_or_default().to_string();
+    assert!(!commit.is_empty() && !branch.is_empty(), "{pushed}");
+
+    let (v, code) = g.json(["show", &id, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "pushed", "{v}");
+    assert_eq!(v["pushed"]["commit"], commit.as_str(), "{v}");
+    assert_eq!(v["pushed"]["branch"], branch.as_str(), "{v}");
+    let repo = v["pushed"]["repo"].as_str().unwrap_or_default().to_string();
+    assert!(
+        std::fs::canonicalize(&repo).ok() == std::fs::canonicalize(g.project.path()).ok(),
+        "{v}"
+    );
+    assert!(v["pushed"]["remote"].is_null(), "{v}");
+
+    let out = g.output(["show", &id]);
+    assert!(out.status.success(), "{}", stderr_text(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("pushed   {commit} on {branch}"))),
+        "{text}"
+    );
+    assert!(text.contains(&format!("  into   {repo}\n")), "{text}");
+
+    let subject = git(g.project.path(), &["log", "-1", "--format=%s", &branch]);
+    assert!(subject.starts_with("golem: "), "{subject}");
+}
+
+#[test]
+fn the_diff_answer_in_the_push_prompt_goes_through_the_pager_and_respects_no_color() {
+    let g = Golem::new();
+    g.git_repo(NO_PRECOMPOSE, &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_files(
+        &g,
+        &[("notes.md", b"just notes\n"), ("Makefile", b"all:\n")],
+    );
+
+    // A pager that marks what it was given, so the story sees the diff went through it.
+    let pager = "sed 's/^/paged: /'";
+    let (plain, pushed) =
+        push_on_a_terminal_with(&g, &id, "d\nn\n", &[("PAGER", pager), ("NO_COLOR", "1")]);
+    assert!(!pushed, "{plain}");
+    assert!(plain.contains("paged: +just notes"), "{plain}");
+    assert!(
+        !plain.contains('\x1b'),
+        "NO_COLOR still coloured: {plain:?}"
+    );
+
+    // An empty NO_COLOR does not count (no-color.org): the terminal gets colour.
+    let (coloured, pushed) =
+        push_on_a_terminal_with(&g, &id, "d\nn\n", &[("PAGER", "cat"), ("NO_COLOR", "")]);
+    assert!(!pushed, "{coloured}");
+    assert!(coloured.contains("\x1b[32m+just notes"), "{coloured:?}");
+    assert!(coloured.contains("\x1b[1;33m!! "), "{coloured:?}");
+    assert_eq!(git(g.project.path(), &["branch", "--list", "golem/*"]), "");
 }

@@ -42,8 +42,15 @@ pub(super) enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Show what a staged commit would change on a branch: added and modified files, as a diff.
-    Diff(TargetArgs),
+    /// Show what a staged commit would change on a branch: added and modified files, as a diff
+    /// (through $PAGER, `less -R` by default, on a terminal; NO_COLOR turns colour off).
+    Diff {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Only a per-file summary (A/M/= with changed lines) and a total, like `git diff --stat`.
+        #[arg(long)]
+        stat: bool,
+    },
     /// Commit a staged commit onto a branch of a git repository (asks first; never touches your work tree).
     #[command(after_help = PUSH_HELP)]
     Push {
@@ -163,7 +170,7 @@ against the hash the audit log recorded when it was staged: a tampered stage is 
 The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
 Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
 
-Without --yes, push shows what would change and asks [d]iff / [y]es / [n]o (with --json and no
+Without --yes, push shows what would change and asks [d]iff (through $PAGER) / [y]es / [n]o (with --json and no
 --yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
 attributes and hooks, build and environment files, #! scripts, golem's own files) are marked
 [sensitive: why]; look-alikes of other paths in the branch (differing only by case, Unicode

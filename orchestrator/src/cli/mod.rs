@@ -171,7 +171,9 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Transcript { id, json } => {
             review::transcript(&open_home(cli.home.as_deref())?, &id, json.json)
         }
-        Command::Diff(t) => review::diff_cmd(&open_home(cli.home.as_deref())?, &t),
+        Command::Diff { target, stat } => {
+            review::diff_cmd(&open_home(cli.home.as_deref())?, &target, stat)
+        }
         Command::Push {
             target,
             message,

@@ -11,7 +11,7 @@ use super::{errln, outln};
 
 /// Whether stdout wants colour: a terminal, and no `NO_COLOR`.
 pub(super) fn color_wanted() -> bool {
-    render::stdout_is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    render::stdout_is_terminal() && !render::no_color()
 }
 
 /// A session's outcome for a person: status, exit code, what was staged, where the logs are.

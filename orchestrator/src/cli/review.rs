@@ -65,11 +65,27 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     if json {
         let mut value = serde_json::to_value(&m)?;
         value["status"] = json!(status.word());
+        if let Some(pushed) = pushed(home, &id, &status) {
+            value["pushed"] = pushed;
+        }
         value["path"] = json!(stage.dir(&id).join(golem_orch::stage::FILES));
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("staged   {}  ({})", line(&m.id), status.word());
+    if let Some(p) = pushed(home, &id, &status) {
+        let text = |k: &str| line(p[k].as_str().unwrap_or("-"));
+        outln!(
+            "pushed   {} on {}  ({})",
+            text("commit"),
+            text("branch"),
+            text("at")
+        );
+        outln!("  into   {}", text("repo"));
+        if p["remote"].is_string() {
+            outln!("  and to remote {}", text("remote"));
+        }
+    }
     outln!("session  {}", line(&m.session));
     outln!("created  {}", line(&m.created_at));
     outln!("trust    {}", m.trust_level);
@@ -86,19 +102,7 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         "files in {}",
         render::path(&stage.dir(&id).join(golem_orch::stage::FILES))
     );
-    outln!("\ninputs ({})", m.inputs.len());
-    for i in &m.inputs {
-        outln!(
-            "  {}  {:>9}  {}  <- {}",
-            present::short_hash(&i.sha256),
-            present::human_bytes(i.size),
-            line(&i.name),
-            line(&i.source)
-        );
-        if i.hops.len() > 1 {
-            outln!("      redirected: {}", i.hops.join(" -> "));
-        }
-    }
+    show_inputs(&m);
     outln!(
         "\nfiles ({}, {})",
         m.files.len(),
@@ -126,6 +130,45 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     }
     show_model(&stage, &id, &m);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a pushed staged commit went: `{commit, branch, at, repo, remote}`. The status record
+/// keeps commit and branch; the repository and remote come from the audit log's `stage.pushed`
+/// event (null when the log has none for it). `None` while not pushed.
+fn pushed(home: &Home, id: &str, status: &golem_orch::stage::Status) -> Option<serde_json::Value> {
+    let golem_orch::stage::Status::Pushed { commit, branch, at } = status else {
+        return None;
+    };
+    let records = Audit::new(home.audit_path()).read().unwrap_or_default();
+    let event = records
+        .iter()
+        .rev()
+        .find(|r| r.event == "stage.pushed" && r.data["staged"] == id);
+    let field = |k: &str| event.map_or(serde_json::Value::Null, |r| r.data[k].clone());
+    Some(json!({
+        "commit": commit,
+        "branch": branch,
+        "at": at,
+        "repo": field("repo"),
+        "remote": field("remote"),
+    }))
+}
+
+/// `show`'s inputs: hash, size, name, where each came from, and a URL's redirects.
+fn show_inputs(m: &golem_orch::stage::Manifest) {
+    outln!("\ninputs ({})", m.inputs.len());
+    for i in &m.inputs {
+        outln!(
+            "  {}  {:>9}  {}  <- {}",
+            present::short_hash(&i.sha256),
+            present::human_bytes(i.size),
+            line(&i.name),
+            line(&i.source)
+        );
+        if i.hops.len() > 1 {
+            outln!("      redirected: {}", i.hops.join(" -> "));
+        }
+    }
 }
 
 /// `show`'s model part: the transcript's size and use, and a high warning for the honeytoken.
@@ -181,7 +224,7 @@ fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::targe
 }
 
 /// `golem-orch diff ID`: what a staged commit would change on a branch.
-pub(super) fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
+pub(super) fn diff_cmd(home: &Home, t: &TargetArgs, stat: bool) -> Result<ExitCode> {
     let (id, target) = open_target(home, t)?;
     let stage = Stage::new(home.staged_dir());
     let manifest = stage.manifest(&id)?;
@@ -190,10 +233,16 @@ pub(super) fn diff_cmd(home: &Home, t: &TargetArgs) -> Result<ExitCode> {
         print_json(
             &json!({ "staged": id, "repo": target.path, "branch": target.branch, "summary": golem_orch::diff::summary(&diffs), "files": diffs }),
         )?;
+    } else if stat {
+        outln!("{}", golem_orch::diff::stat(&diffs).trim_end());
     } else {
         // Colours are golem-orch's own, added after the content was rendered; the gate keeps
         // exactly those and escapes anything else.
-        render::out_coloured(&golem_orch::diff::render(&diffs, present::color_wanted()));
+        // On a terminal it goes through the person's pager.
+        render::page_coloured(
+            &golem_orch::diff::render(&diffs, present::color_wanted()),
+            false,
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -235,10 +284,13 @@ pub(super) fn push_cmd(
         loop {
             match ask("push it? [d]iff / [y]es / [n]o: ").as_deref() {
                 None => bail!("push needs a person's consent: run it on a terminal, or pass --yes"),
-                Some("d" | "diff") => render::err_coloured(&golem_orch::diff::render(
-                    &proposal.files,
-                    render::stderr_is_terminal(),
-                )),
+                Some("d" | "diff") => render::page_coloured(
+                    &golem_orch::diff::render(
+                        &proposal.files,
+                        render::stderr_is_terminal() && !render::no_color(),
+                    ),
+                    true,
+                ),
                 Some("y" | "yes") => break,
                 Some(_) => {
                     errln!("not pushed; the staged commit stays pending");
