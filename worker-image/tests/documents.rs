@@ -276,7 +276,8 @@ fn hostile_documents_get_the_right_warnings() {
 
     let (html, md) = load(out, "hostile/onboarding.html");
     for (kind, needle) in [
-        ("script", "script elements (2 found)"),
+        ("script", "inline script code"),
+        ("script", "scripts loaded from another site"),
         ("script", "onload"),
         ("script", "javascript:steal()"),
         ("hidden_text", "display:none"),

