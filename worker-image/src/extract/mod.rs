@@ -8,6 +8,7 @@
 //! caps what it keeps ([`TextBuf`], list caps) and avoids recursion on
 //! document structure, so most hostile inputs still succeed.
 
+pub mod css;
 pub mod data;
 pub mod docx;
 pub mod html;
