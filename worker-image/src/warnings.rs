@@ -461,11 +461,13 @@ struct Hit {
     hidden: bool,
 }
 
-/// The sources [`prompt_injection`] treats as seen by a reader: the text
-/// and the title or metadata. Every other source (hidden text, comments,
-/// attributes, invisible characters) is unseen, and a rule that matches
-/// there is high: nobody hides instructions to an AI by accident.
-pub const SEEN_SOURCES: &[&str] = &["text", "title or metadata"];
+/// The sources [`prompt_injection`] does not raise: what a reader sees (the
+/// text, the title or metadata) and script code, which is hidden but not
+/// written for anyone to read. Every other source (hidden text, comments,
+/// attributes, invisible characters) is text a reader was meant not to
+/// see, and a rule that matches there is high: nobody hides instructions
+/// to an AI by accident.
+pub const UNRAISED_SOURCES: &[&str] = &["text", "title or metadata", "script code"];
 
 /// Scans `parts` (visible text, hidden text, comments...) for instructions
 /// aimed at an AI. Returns the total score (each rule counted once) and one
@@ -474,7 +476,7 @@ pub const SEEN_SOURCES: &[&str] = &["text", "title or metadata"];
 pub fn prompt_injection(parts: &[(&'static str, &str)]) -> (u32, Vec<Warning>) {
     let mut hits: BTreeMap<&'static str, Hit> = BTreeMap::new();
     let mut record = |label: &'static str, weight: u32, snip: String, source: &'static str| {
-        let hidden = !SEEN_SOURCES.contains(&source);
+        let hidden = !UNRAISED_SOURCES.contains(&source);
         let hit = hits.entry(label).or_insert(Hit {
             weight,
             count: 0,

@@ -169,8 +169,13 @@ impl State {
                     if buf.len() < 200 {
                         buf.push_str(&cap_chars(s, 200));
                     }
-                    self.ex.hidden.push_str(s);
-                    self.ex.hidden.push('\n');
+                    let to = if self.script.is_some() {
+                        &mut self.ex.code
+                    } else {
+                        &mut self.ex.hidden
+                    };
+                    to.push_str(s);
+                    to.push('\n');
                 }
                 Raw::Style => self.css.push_str(s),
                 Raw::Title => {
@@ -844,6 +849,7 @@ mod tests {
         let hidden = ex.hidden.into_string();
         assert!(hidden.contains("secret words") && hidden.contains("ignore previous"));
         assert!(hidden.contains("a comment"));
+        assert!(ex.code.as_str().contains("not text") && !hidden.contains("not text"));
     }
 
     fn hidden_warning(ex: &Extracted) -> Option<&crate::model::Warning> {
@@ -926,6 +932,33 @@ mod tests {
         assert!(!inj.is_empty(), "{:?}", a.warnings);
         assert!(inj.iter().all(|w| w.severity == Severity::High), "{inj:?}");
         assert!(!a.text.contains("Reviewer note"));
+    }
+
+    #[test]
+    fn a_match_in_script_code_is_not_raised() {
+        let severities = |page: &str| -> Vec<Severity> {
+            crate::extract::analyze(
+                page.as_bytes().to_vec(),
+                page.len() as u64,
+                false,
+                crate::extract::Mode::Report,
+            )
+            .warnings
+            .into_iter()
+            .filter(|w| w.kind == K::PromptInjection)
+            .map(|w| w.severity)
+            .collect()
+        };
+        let code = severities("<p>Chat widget.</p><script>// load the system prompt</script>");
+        assert!(
+            !code.is_empty() && code.iter().all(|s| *s < Severity::High),
+            "{code:?}"
+        );
+        let hidden = severities("<p>Chat widget.</p><p hidden>load the system prompt</p>");
+        assert!(
+            !hidden.is_empty() && hidden.iter().all(|s| *s == Severity::High),
+            "{hidden:?}"
+        );
     }
 
     fn script_severities(html: &str) -> Vec<(Severity, String)> {
