@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use super::cap_chars;
 use crate::warnings::css_hides;
 
 /// The most `<style>` text read from one page.
@@ -30,6 +31,8 @@ pub struct HidingRules {
     /// For each class or id: the tag it is limited to (empty for any tag),
     /// the selector as written, and why it hides.
     rules: HashMap<Key, Vec<(String, String, &'static str)>>,
+    /// Selectors kept, at most [`MAX_RULES`].
+    count: usize,
 }
 
 impl HidingRules {
@@ -37,18 +40,14 @@ impl HidingRules {
     /// stylesheet at the end of a page still applies to elements before it).
     pub fn from_html(html: &str) -> Self {
         let mut rules = Self::default();
-        let lower = html.to_ascii_lowercase();
         let mut from = 0;
         let mut read = 0usize;
-        while let Some(pos) = lower[from..].find("<style") {
-            let open = from + pos;
-            let Some(gt) = lower[open..].find('>') else {
+        while let Some(open) = find_ascii_ci(html, from, "<style") {
+            let Some(gt) = html[open..].find('>') else {
                 break;
             };
             let start = open + gt + 1;
-            let end = lower[start..]
-                .find("</style")
-                .map_or(lower.len(), |e| start + e);
+            let end = find_ascii_ci(html, start, "</style").unwrap_or(html.len());
             read += end - start;
             if read > MAX_STYLE {
                 break;
@@ -76,9 +75,10 @@ impl HidingRules {
             let selectors = prelude.rsplit('{').next().unwrap_or(prelude);
             for selector in selectors.split(',') {
                 if let Some((tag, key)) = simple_selector(selector.trim()) {
-                    if self.rules.values().map(Vec::len).sum::<usize>() >= MAX_RULES {
+                    if self.count >= MAX_RULES {
                         return;
                     }
+                    self.count += 1;
                     self.rules.entry(key).or_default().push((
                         tag,
                         selector.trim().to_string(),
@@ -103,10 +103,21 @@ impl HidingRules {
         classes.chain(ids).find_map(|key| {
             self.rules.get(&key)?.iter().find_map(|(only, sel, why)| {
                 (only.is_empty() || only.eq_ignore_ascii_case(tag))
-                    .then(|| format!("{why} ({sel})"))
+                    .then(|| format!("{why} ({})", cap_chars(sel, 60)))
             })
         })
     }
+}
+
+/// The byte position of ASCII `needle` in `hay` at or after `from`,
+/// ignoring ASCII case, without lower-casing a copy of a large page.
+fn find_ascii_ci(hay: &str, from: usize, needle: &str) -> Option<usize> {
+    let n = needle.len();
+    hay.as_bytes()
+        .get(from..)?
+        .windows(n)
+        .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+        .map(|p| from + p)
 }
 
 fn strip_comments(css: &str) -> String {
@@ -171,6 +182,20 @@ mod tests {
         assert!(r.reason("p", Some("nav"), None).is_none());
         assert!(r.reason("p", Some("note"), None).is_none());
         assert!(r.reason("p", None, None).is_none());
+    }
+
+    #[test]
+    fn upper_case_tags_and_long_selectors() {
+        let long = "a".repeat(500);
+        let r = HidingRules::from_html(&format!(
+            "<P>x</P><STYLE type=text/css>.{long}{{display:none}}</STYLE><style>#z{{opacity:0}}"
+        ));
+        let why = r.reason("p", Some(&long), None).unwrap_or_default();
+        assert!(
+            why.starts_with("display:none (.aaa") && why.len() < 100,
+            "{why}"
+        );
+        assert!(r.reason("p", None, Some("z")).is_some());
     }
 
     #[test]

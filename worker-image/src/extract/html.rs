@@ -31,6 +31,8 @@ use crate::warnings::{classify_url, css_hides, Tally, UrlClass};
 pub const MAX_STACK: usize = 1024;
 /// Stylesheet text kept for scanning.
 const MAX_CSS: usize = 1024 * 1024;
+/// Distinct reasons for hidden text named in the warning.
+const MAX_REASONS: usize = 12;
 /// Hidden text quoted in the warning.
 const HIDDEN_SAMPLE_CHARS: usize = 400;
 
@@ -513,7 +515,16 @@ impl State {
                     .reason(&name, get("class").as_deref(), get("id").as_deref());
         }
         if let Some(r) = &self_hidden {
-            *self.hidden_reasons.entry(r.clone()).or_insert(0) += 1;
+            // A page with thousands of hiding classes still gets a short
+            // message: past a few distinct reasons, the rest are counted.
+            let key = if self.hidden_reasons.len() >= MAX_REASONS
+                && !self.hidden_reasons.contains_key(r)
+            {
+                "other hiding rules".to_string()
+            } else {
+                r.clone()
+            };
+            *self.hidden_reasons.entry(key).or_insert(0) += 1;
         }
         if BLOCK.contains(&name.as_str()) {
             self.ex.text.newline();
