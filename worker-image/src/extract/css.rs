@@ -89,6 +89,12 @@ impl HidingRules {
         }
     }
 
+    /// Whether the page has no hiding selector (then no element needs its
+    /// class or id looked up).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
     /// Why an element `tag` with these `class` and `id` attributes is hidden
     /// by the page's stylesheet, as "display:none (.x)".
     pub fn reason(&self, tag: &str, class: Option<&str>, id: Option<&str>) -> Option<String> {

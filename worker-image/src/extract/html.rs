@@ -509,7 +509,7 @@ impl State {
                 "noscript element".to_string()
             }));
         }
-        if self_hidden.is_none() {
+        if self_hidden.is_none() && !self.css_rules.is_empty() {
             self_hidden =
                 self.css_rules
                     .reason(&name, get("class").as_deref(), get("id").as_deref());
