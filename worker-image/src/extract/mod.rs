@@ -8,6 +8,7 @@
 //! caps what it keeps ([`TextBuf`], list caps) and avoids recursion on
 //! document structure, so most hostile inputs still succeed.
 
+pub mod css;
 pub mod data;
 pub mod docx;
 pub mod html;
@@ -102,6 +103,10 @@ pub struct Extracted {
     /// Text a reader does not see but an AI would read (hidden text,
     /// comments, alt text, metadata): scanned for prompt injection only.
     pub hidden: TextBuf,
+    /// Script code (HTML `<script>`, PDF JavaScript): scanned for prompt
+    /// injection too, but apart from `hidden`, because code is not text a
+    /// reader was meant not to see, so a match there is not raised to high.
+    pub code: TextBuf,
     /// Set when extraction failed part-way; what was gathered is kept.
     pub error: Option<String>,
 }
@@ -119,6 +124,7 @@ impl Default for Extracted {
             details: BTreeMap::new(),
             text: TextBuf::with_cap(MAX_TEXT),
             hidden: TextBuf::with_cap(MAX_SCAN_EXTRA),
+            code: TextBuf::with_cap(MAX_SCAN_EXTRA),
             error: None,
         }
     }
@@ -255,6 +261,7 @@ pub fn finish(doc_type: DocType, ex: Extracted, mode: Mode) -> Analysis {
     a.details = ex.details;
     let text_truncated = ex.text.truncated;
     let hidden = ex.hidden.into_string();
+    let code = ex.code.into_string();
     let mut text = ex.text.into_string();
     text.truncate(text.trim_end().len());
     let c = textstats::counts(&text);
@@ -321,6 +328,7 @@ pub fn finish(doc_type: DocType, ex: Extracted, mode: Mode) -> Analysis {
         let (score, mut w) = warnings::prompt_injection(&[
             ("text", &text),
             ("hidden text, comments or attributes", &hidden),
+            ("script code", &code),
             ("invisible tag characters", &tags_text),
             ("invisible tag characters", &hidden_tags),
             ("title or metadata", &meta_text),

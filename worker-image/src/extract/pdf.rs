@@ -327,8 +327,8 @@ fn walk_objects(doc: &Document, ex: &mut Extracted, tally: &mut Tally) {
                         })
                         .unwrap_or_default();
                     if !code.is_empty() {
-                        ex.hidden.push_str(&code);
-                        ex.hidden.push('\n');
+                        ex.code.push_str(&code);
+                        ex.code.push('\n');
                     }
                     tally.add(
                         WarningKind::Script,
