@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::hostile;
-use crate::harness::{hostile_image, stderr_text, wait_until, Golem};
+use crate::harness::{files_containing, hostile_image, stderr_text, wait_until, Golem};
 
 const SECRET: &str = "TOP-SECRET-7f3a9c-never-copy-me";
 
@@ -23,30 +23,6 @@ fn secret_file(g: &Golem) -> PathBuf {
     std::fs::write(&path, SECRET).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(e.path());
-            } else if ft.is_file() {
-                if let Ok(bytes) = std::fs::read(e.path()) {
-                    if bytes.windows(needle.len()).any(|w| w == needle) {
-                        found.push(e.path());
-                    }
-                }
-            }
-        }
-    }
-    found
 }
 
 /// Disk blocks (not apparent size) used under `dir`, in bytes.

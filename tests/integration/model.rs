@@ -11,15 +11,15 @@
 //! into `/output/model.json`. Each story has its own state directory, provider, and key (a
 //! fresh random string, so a search for it can only find a leak).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use golem_test_upstream::{Recorded, Reply, Upstream};
 use serde_json::{json, Value};
 
 use crate::harness::{
-    attack, audit_of, docker_build, hostile_image, session_logs, stderr_text, tree, Golem, Run,
-    RunBuilder, Status,
+    attack, audit_of, contains, docker_build, files_containing, hostile_image, session_logs,
+    stderr_text, tree, Golem, Run, RunBuilder, Status,
 };
 
 /// The scripted provider, on its own runtime so that the tests (plain threads) can drive
@@ -159,35 +159,6 @@ fn events(g: &Golem, session: &str, event: &str) -> Vec<Value> {
         .into_iter()
         .filter(|r| r["event"] == event)
         .collect()
-}
-
-/// Every file under `dir` (links not followed) whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(meta) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(e.path());
-            } else if meta.is_file() {
-                let bytes = std::fs::read(e.path()).unwrap_or_default();
-                if contains(&bytes, needle) {
-                    found.push(e.path());
-                }
-            }
-        }
-    }
-    found
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The run's `model` usage as `run --json` reports it.

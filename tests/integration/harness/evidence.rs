@@ -241,3 +241,33 @@ pub(crate) fn assert_untrusted_stage(g: &Golem, staged: &str) -> Vec<String> {
         out.max_total_bytes.bytes(),
     )
 }
+
+/// Every file under `dir` (links not followed) whose bytes contain `needle`.
+pub(crate) fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                let bytes = std::fs::read(e.path()).unwrap_or_default();
+                if contains(&bytes, needle) {
+                    found.push(e.path());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Whether `needle` (not empty) occurs in `hay`.
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}

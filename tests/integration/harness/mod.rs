@@ -25,8 +25,8 @@ use serde_json::Value;
 
 pub(crate) use evidence::{
     assert_no_half_stage, assert_untrusted_stage, audit_of, audited_plan, audited_rejections,
-    half_stages, session_logs, sha256_file, staged_json, staged_json_in, tree, untrusted,
-    worker_report, HostWitness,
+    contains, files_containing, half_stages, session_logs, sha256_file, staged_json,
+    staged_json_in, tree, untrusted, worker_report, HostWitness,
 };
 pub(crate) use git::{git, git_with, IGNORE_GOLEM};
 pub(crate) use hostile::{docker_build, hostile, hostile_image};
