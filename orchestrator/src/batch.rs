@@ -752,7 +752,7 @@ fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -789,7 +789,8 @@ mod tests {
         assert_eq!(sanitize("a\nb"), "a_b");
     }
 
-    fn doc(status: DocStatus, retry: bool) -> Document {
+    /// A bare document in `status`, for the batch and outcome tests.
+    pub(crate) fn doc(status: DocStatus, retry: bool) -> Document {
         Document {
             source: "s".into(),
             folder: "f".into(),

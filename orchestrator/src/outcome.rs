@@ -188,21 +188,7 @@ mod tests {
 
     #[test]
     fn a_batch_succeeds_only_when_every_document_did() {
-        let doc = |status| crate::batch::Document {
-            source: "s".into(),
-            folder: "f".into(),
-            status,
-            session: None,
-            staged: None,
-            exit_code: None,
-            error: None,
-            files: 0,
-            bytes: 0,
-            rejected: 0,
-            retry: false,
-            pinned: None,
-            model: None,
-        };
+        let doc = |status| crate::batch::tests::doc(status, false);
         let settings = crate::batch::Settings {
             spec: crate::spec::RunSpec::new(crate::policy::TrustLevel::Untrusted),
             jobs: 1,
