@@ -556,26 +556,13 @@ fn record_outcome(d: &mut Document, outcome: Result<Outcome, SessionError>) {
             d.retry = o.host_failure;
             // A document run again (after a cancel or a host failure) keeps what its earlier
             // sessions spent too: the batch's model budget is charged for every attempt.
-            d.model = add_usage(d.model, o.model);
+            d.model = ModelUsage::sum(d.model, o.model);
         }
         Err(e) => {
             d.status = DocStatus::Failed;
             d.retry = e.is_host_failure();
             d.error = Some(e.to_string());
         }
-    }
-}
-
-/// A document's model use over its attempts.
-fn add_usage(before: Option<ModelUsage>, now: Option<ModelUsage>) -> Option<ModelUsage> {
-    match (before, now) {
-        (Some(before), Some(now)) => Some(ModelUsage {
-            requests: before.requests.saturating_add(now.requests),
-            input_tokens: before.input_tokens.saturating_add(now.input_tokens),
-            output_tokens: before.output_tokens.saturating_add(now.output_tokens),
-            refused: before.refused.saturating_add(now.refused),
-        }),
-        (before, now) => now.or(before),
     }
 }
 
@@ -969,14 +956,14 @@ pub(crate) mod tests {
         let r = new_record(settings, docs);
         assert_eq!(batch_budget(&r).unwrap().left(), 0);
         // A document run again keeps what its earlier attempt spent.
-        let twice = add_usage(Some(usage(100, 20)), Some(usage(7, 3))).unwrap();
+        let twice = ModelUsage::sum(Some(usage(100, 20)), Some(usage(7, 3))).unwrap();
         assert_eq!(
             (twice.requests, twice.input_tokens, twice.output_tokens),
             (2, 107, 23)
         );
-        assert_eq!(add_usage(Some(usage(1, 1)), None), Some(usage(1, 1)));
-        assert_eq!(add_usage(None, Some(usage(2, 2))), Some(usage(2, 2)));
-        assert_eq!(add_usage(None, None), None);
+        assert_eq!(ModelUsage::sum(Some(usage(1, 1)), None), Some(usage(1, 1)));
+        assert_eq!(ModelUsage::sum(None, Some(usage(2, 2))), Some(usage(2, 2)));
+        assert_eq!(ModelUsage::sum(None, None), None);
     }
 
     #[test]

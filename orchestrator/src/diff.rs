@@ -390,17 +390,21 @@ pub fn summary(diffs: &[FileDiff]) -> Option<String> {
 /// Counts of added and removed lines, for summaries.
 pub fn line_counts(d: &FileDiff) -> (usize, usize) {
     match &d.body {
-        Body::Text(t) => t.lines().fold((0, 0), |(a, r), l| {
-            if l.starts_with("+++") || l.starts_with("---") {
-                (a, r)
-            } else if l.starts_with('+') {
-                (a + 1, r)
-            } else if l.starts_with('-') {
-                (a, r + 1)
-            } else {
-                (a, r)
-            }
-        }),
+        // Only the `---`/`+++` header before the first hunk is not content: a removed `-- x`
+        // or `---` line inside a hunk reads `---...` and counts.
+        Body::Text(t) => {
+            t.lines()
+                .skip_while(|l| !l.starts_with("@@"))
+                .fold((0, 0), |(a, r), l| {
+                    if l.starts_with('+') {
+                        (a + 1, r)
+                    } else if l.starts_with('-') {
+                        (a, r + 1)
+                    } else {
+                        (a, r)
+                    }
+                })
+        }
         _ => (0, 0),
     }
 }
@@ -609,6 +613,14 @@ mod tests {
         ];
         assert_eq!(line_counts(&diffs[0]), (3, 0));
         assert_eq!(line_counts(&diffs[1]), (2, 1));
+        // Content lines that look like the header (`---` rules, `-- ` comments, `++x`) count.
+        let rules = file(
+            "e.md",
+            Change::Modified,
+            Some(b"---\n-- comment\nkeep\n"),
+            b"keep\n++x\n+++\n",
+        );
+        assert_eq!(line_counts(&rules), (2, 2));
         let text = stat(&diffs);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], " A a.md      | 3 +++", "{text}");

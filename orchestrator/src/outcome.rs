@@ -128,13 +128,7 @@ impl Record {
             }
             s.rejected_entries += d.rejected;
             s.bytes_staged += d.bytes;
-            if let Some(m) = &d.model {
-                let sum = s.model.get_or_insert_with(ModelUsage::default);
-                sum.requests += m.requests;
-                sum.input_tokens += m.input_tokens;
-                sum.output_tokens += m.output_tokens;
-                sum.refused += m.refused;
-            }
+            s.model = ModelUsage::sum(s.model, d.model);
         }
         s
     }

@@ -43,6 +43,10 @@ impl ModelApi {
         }
     }
 
+    /// Every API, so a rule about all of them (no policy passes their key variables) cannot
+    /// miss a new one.
+    pub const ALL: [ModelApi; 2] = [ModelApi::Anthropic, ModelApi::Openai];
+
     /// The provider's conventional key variable, used when `GOLEM_MODEL_KEY` is unset.
     pub fn key_env(self) -> &'static str {
         match self {

@@ -104,16 +104,17 @@ impl Forwarder {
                 }
                 body.extend_from_slice(&chunk);
             }
-            let key = self.upstream.key().expose().as_bytes();
-            if memchr::memmem::find(&body, key).is_some() {
+            let body = Bytes::from(body);
+            let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+            // Raw or JSON-escaped (`\u0073k-...`, which the worker's parser decodes): the same
+            // test the honeytoken gets.
+            if super::check::carries(&body, parsed.as_ref(), self.upstream.key().expose()) {
                 return Err(ForwardError::KeyInAnswer);
             }
-            let usage = serde_json::from_slice(&body)
-                .ok()
-                .and_then(|v: Value| usage(api, &v));
+            let usage = parsed.and_then(|v| usage(api, &v));
             Ok(Answer {
                 status,
-                body: Bytes::from(body),
+                body,
                 usage,
             })
         };

@@ -147,6 +147,22 @@ pub struct ModelUsage {
     pub refused: u64,
 }
 
+impl ModelUsage {
+    /// The two usages summed (saturating: a hostile record cannot wrap a batch's total), for a
+    /// document's attempts and a batch's documents.
+    pub fn sum(before: Option<ModelUsage>, now: Option<ModelUsage>) -> Option<ModelUsage> {
+        match (before, now) {
+            (Some(before), Some(now)) => Some(ModelUsage {
+                requests: before.requests.saturating_add(now.requests),
+                input_tokens: before.input_tokens.saturating_add(now.input_tokens),
+                output_tokens: before.output_tokens.saturating_add(now.output_tokens),
+                refused: before.refused.saturating_add(now.refused),
+            }),
+            (before, now) => now.or(before),
+        }
+    }
+}
+
 /// What the gateway did over a session, for `run --json` and the stage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GatewayReport {

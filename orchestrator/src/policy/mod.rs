@@ -500,7 +500,10 @@ fn parse_user(user: &str) -> Result<Option<(u32, u32)>, String> {
 
 /// The host variables the model gateway reads its upstream and key from.
 fn is_model_config_var(name: &str) -> bool {
-    name.starts_with("GOLEM_MODEL") || name == "ANTHROPIC_API_KEY" || name == "OPENAI_API_KEY"
+    name.starts_with("GOLEM_MODEL")
+        || crate::gateway::ModelApi::ALL
+            .iter()
+            .any(|api| api.key_env() == name)
 }
 
 fn valid_env_name(name: &str) -> bool {
