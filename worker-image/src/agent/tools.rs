@@ -583,10 +583,8 @@ impl Tools {
         if l.parts.is_empty() || l.parts.len() > MAX_DEPTH || rel_len > MAX_PATH {
             return err(format!("{shown}: not a file name the output can hold"));
         }
-        if l.root == Root::Output
-            && l.parts.len() == 1
-            && l.parts[0].eq_ignore_ascii_case(AGENT_REPORT)
-        {
+        // At any depth: `/output/agent.md/x` would make a directory the report cannot replace.
+        if l.root == Root::Output && l.parts[0].eq_ignore_ascii_case(AGENT_REPORT) {
             return err(format!(
                 "/output/{AGENT_REPORT} is the agent's own report; pick another name"
             ));
@@ -754,6 +752,12 @@ mod tests {
             "no workspace configured"
         );
         assert!(t.write_file("/output/agent.md", "forged").is_err());
+        assert!(t
+            .write_file("/output/agent.md/x", "a directory in its place")
+            .is_err());
+        assert!(t
+            .write_file("/output/AGENT.MD/x", "nor in any case")
+            .is_err());
         assert!(t.write_file("/output/AGENT.md", "forged").is_err());
         assert!(t.write_file("/output", "x").is_err());
         let msg = t.write_file("notes/summary.md", "# S").unwrap();

@@ -127,6 +127,10 @@ fn find_ascii_ci(hay: &str, from: usize, needle: &str) -> Option<usize> {
 }
 
 fn strip_comments(css: &str) -> String {
+    // `<!--` and `-->` inside a stylesheet are ignored by browsers (a relic of old pages);
+    // left in, they would make the first rule's selector unreadable and the rule invisible.
+    let css = css.replace("<!--", " ").replace("-->", " ");
+    let css = css.as_str();
     let mut out = String::with_capacity(css.len());
     let mut rest = css;
     while let Some(pos) = rest.find("/*") {
@@ -202,6 +206,15 @@ mod tests {
             "{why}"
         );
         assert!(r.reason("p", None, Some("z")).is_some());
+    }
+
+    #[test]
+    fn html_comment_markers_around_a_stylesheet_do_not_hide_its_first_rule() {
+        let r = HidingRules::from_html("<style><!-- .x{display:none} --></style>");
+        assert_eq!(
+            r.reason("p", Some("x"), None).as_deref(),
+            Some("display:none (.x)")
+        );
     }
 
     #[test]
