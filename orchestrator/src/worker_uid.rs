@@ -134,13 +134,20 @@ pub async fn live_ids(engine: &dyn Engine) -> Result<BTreeSet<u32>, EngineError>
         .await
         .map_err(|e| e.doing("listing containers for their worker uids"))?;
     // Inspected together: one round trip's latency, not one per live container.
-    let inspections = list
-        .into_iter()
-        .map(|c| async move { engine.inspect(&c.id).await.ok().and_then(|i| i.user) });
+    let inspections = list.into_iter().map(|c| async move {
+        match engine.inspect(&c.id).await {
+            Ok(i) => Ok(i.user),
+            // A container removed between the list and the inspect uses nothing any more.
+            Err(e) if e.is_not_found() => Ok(None),
+            // Any other failure could hide a live session's uid: never read it as free.
+            Err(e) => Err(e.doing("inspecting a container for its worker uid")),
+        }
+    });
     let mut ids = BTreeSet::new();
-    // A container removed between the list and the inspect uses nothing any more.
     for user in futures_util::future::join_all(inspections)
         .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
         .into_iter()
         .flatten()
     {
