@@ -531,7 +531,8 @@ impl Building {
     }
 }
 
-/// Reads a file without following a final link.
+/// Reads a transcript without following a final link, at most [`MAX_TRANSCRIPT_BYTES`]: the
+/// gateway never writes more, and staging must not load an unbounded file into memory.
 fn read_nofollow(path: &Path) -> Result<Vec<u8>, StageError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
@@ -540,8 +541,14 @@ fn read_nofollow(path: &Path) -> Result<Vec<u8>, StageError> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .and_then(|f| f.take(MAX_TRANSCRIPT_BYTES + 1).read_to_end(&mut bytes))
         .map_err(io(path))?;
+    if bytes.len() as u64 > MAX_TRANSCRIPT_BYTES {
+        return Err(StageError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(format!("larger than {MAX_TRANSCRIPT_BYTES} bytes")),
+        });
+    }
     Ok(bytes)
 }
 

@@ -218,6 +218,11 @@ async fn checked_send(shared: &Shared, headers: &hyper::HeaderMap, body: Bytes) 
     }
 }
 
+/// Refused requests recorded one by one (transcript line and audit event); past this a worker
+/// that keeps sending refused requests is only counted, so it cannot flood the transcript or the
+/// audit log with bodies the budget never charged. A honeytoken refusal is always recorded.
+pub(super) const MAX_RECORDED_REFUSALS: u64 = 1_000;
+
 /// Writes the transcript line and sends the audit events for one finished request.
 fn record(shared: &Shared, o: Outcome, time: String, started: Instant) {
     let seq = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
@@ -234,15 +239,31 @@ fn record(shared: &Shared, o: Outcome, time: String, started: Instant) {
         request_sha256: sha256_hex(&o.request),
         response_sha256: sha256_hex(&o.body),
     };
+    if let Some(refusal) = &o.refused {
+        let refused = shared.refused.fetch_add(1, Ordering::SeqCst) + 1;
+        if refused > MAX_RECORDED_REFUSALS && !matches!(refusal, Refusal::Honeytoken) {
+            // A flood of refused requests: counted, answered, not recorded one by one.
+            if refused == MAX_RECORDED_REFUSALS + 1 {
+                shared.emit("model.refusals_capped", json!({"seq": seq,
+                    "recorded": MAX_RECORDED_REFUSALS,
+                    "message": "the worker kept sending refused requests; later ones are only counted"}));
+            }
+            return;
+        }
+    }
     let written = shared.transcript.append(&exchange, &o.request, &o.body);
     let mut data = serde_json::to_value(&exchange).unwrap_or(Value::Null);
-    if let Err(e) = written {
+    match written {
+        Ok(kept) => {
+            if let Some(note) = kept.note() {
+                data["transcript"] = Value::String(note.into());
+            }
+        }
         // The record still reaches the audit log, which says the transcript is incomplete.
-        data["transcript_error"] = Value::String(e.to_string());
+        Err(e) => data["transcript_error"] = Value::String(e.to_string()),
     }
     let event = match &o.refused {
         Some(refusal) => {
-            shared.refused.fetch_add(1, Ordering::SeqCst);
             data["reason"] = Value::String(refusal.to_string());
             "model.refused"
         }

@@ -676,3 +676,31 @@ async fn shutdown_closes_idle_keep_alive_connections_at_once() {
     // The idle connection was closed by the gateway.
     assert_eq!(idle.read(&mut buf).await.unwrap_or(0), 0);
 }
+
+#[tokio::test]
+async fn a_flood_of_refused_requests_is_counted_but_recorded_only_up_to_a_cap() {
+    let f = fixture(ModelApi::Anthropic, &policy(), vec![]).await;
+    let flood = server::MAX_RECORDED_REFUSALS + 40;
+    for _ in 0..flood {
+        let (status, _) = post(&f, "/v1/messages", "", &ask("gpt-evil", 10)).await;
+        assert_eq!(status, 403);
+    }
+    // The honeytoken is still recorded past the cap.
+    let carrying = json!({"model": "host-model", "max_tokens": 5,
+        "messages": [{"role": "user", "content": f.token.clone()}]});
+    let (status, _) = post(&f, "/v1/messages", "", &carrying).await;
+    assert_eq!(status, 403);
+    let refused = events_named(&f, "model.refused");
+    assert_eq!(
+        refused.len() as u64,
+        server::MAX_RECORDED_REFUSALS + 1,
+        "recorded up to the cap, plus the honeytoken"
+    );
+    assert_eq!(events_named(&f, "model.refusals_capped").len(), 1);
+    assert_eq!(events_named(&f, "model.honeytoken").len(), 1);
+    let report = f.gateway.shutdown().await;
+    assert_eq!(report.refused, flood + 1, "every refusal is counted");
+    let text = std::fs::read_to_string(&report.transcript_path).unwrap();
+    let lines = text.lines().count() as u64;
+    assert_eq!(lines, server::MAX_RECORDED_REFUSALS + 1);
+}
