@@ -261,6 +261,19 @@ fn read_host_file(path: &Path) -> Result<HostFile, ConfigError> {
     Ok(file)
 }
 
+/// Whether the URL names this machine (`localhost`, 127.0.0.0/8, `::1`): the only place plain
+/// http may carry the key, as to a local model server.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
+}
+
 /// `http(s)://host[:port][/prefix]` without a trailing `/` or `/v1` (OpenAI-style base URLs end
 /// in `/v1`, Anthropic's do not; the API path adds it back).
 fn normalise_base_url(url: &str) -> Result<String, ConfigError> {
@@ -277,6 +290,11 @@ fn normalise_base_url(url: &str) -> Result<String, ConfigError> {
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(bad("must not carry credentials (use GOLEM_MODEL_KEY)"));
+    }
+    if parsed.scheme() == "http" && !is_loopback(&parsed) {
+        return Err(bad(
+            "uses plain http to a host that is not this machine: the key would cross the network in clear; use https",
+        ));
     }
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(bad("must not have a query or fragment"));
@@ -347,6 +365,16 @@ mod tests {
                 ("GOLEM_MODEL_BASE_URL", "http://user:pw@host"),
             ],
             vec![("GOLEM_MODEL_API", "openai"), ("GOLEM_MODEL_KEY", "a b")],
+            vec![
+                ("GOLEM_MODEL_API", "openai"),
+                ("GOLEM_MODEL_KEY", "k"),
+                ("GOLEM_MODEL_BASE_URL", "http://models.example.com/v1"),
+            ],
+            vec![
+                ("GOLEM_MODEL_API", "openai"),
+                ("GOLEM_MODEL_KEY", "k"),
+                ("GOLEM_MODEL_BASE_URL", "http://10.0.0.5:8080"),
+            ],
         ] {
             let err = Upstream::from_sources(&env_of(&pairs), None).unwrap_err();
             let shown = err.to_string();
@@ -385,5 +413,21 @@ mod tests {
             host_config_path(&env),
             Some(PathBuf::from("/home/p/.config/golem-orch/model.yaml"))
         );
+    }
+
+    #[test]
+    fn plain_http_carries_the_key_only_to_this_machine() {
+        for (url, ok) in [
+            ("http://localhost:8080", true),
+            ("http://127.0.0.2:9", true),
+            ("http://[::1]:8080/v1", true),
+            ("https://models.example.com", true),
+            ("http://models.example.com", false),
+            ("http://localhost.example.com", false),
+            ("http://192.168.1.10:11434", false),
+            ("http://[::ffff:10.0.0.1]", false),
+        ] {
+            assert_eq!(normalise_base_url(url).is_ok(), ok, "{url}");
+        }
     }
 }
