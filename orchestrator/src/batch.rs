@@ -735,6 +735,7 @@ fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest
         bytes,
         repo_head: first.repo_head.clone(),
         model: None,
+        container: None,
     }
 }
 

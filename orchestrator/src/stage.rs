@@ -65,6 +65,10 @@ pub struct Manifest {
     /// model access.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelRecord>,
+    /// The container's settings as the engine recorded them before it started, checked against
+    /// the plan, with their digest: what the worker really ran with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<crate::verify::Verified>,
 }
 
 /// What a staged commit says about its session's model use: the usage, the transcript's hash
@@ -674,6 +678,7 @@ mod tests {
             bytes: 1,
             repo_head: None,
             model: None,
+            container: None,
         }
     }
 

@@ -206,6 +206,7 @@ mod tests {
                 transcript_sha256,
                 honeytoken_seen: false,
             }),
+            container: None,
         };
         (dir, stage, manifest)
     }

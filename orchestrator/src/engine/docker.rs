@@ -22,8 +22,8 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::{
-    Attached, BuildSpec, Chunk, Engine, EngineError, EngineFuture, EngineInfo, ExitState,
-    ImageInfo, Inspected, Listed, ListedVolume, Select, LABEL_ROLE,
+    Attached, BuildSpec, Chunk, Effective, EffectiveMount, Engine, EngineError, EngineFuture,
+    EngineInfo, ExitState, ImageInfo, Inspected, Listed, ListedVolume, Select, LABEL_ROLE,
 };
 use crate::plan::ContainerPlan;
 
@@ -177,6 +177,17 @@ impl Engine for DockerEngine {
                 },
                 user: inspect.config.and_then(|c| c.user),
             })
+        })
+    }
+
+    fn effective<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Effective> {
+        Box::pin(async move {
+            let inspect = self
+                .docker
+                .inspect_container(id, None)
+                .await
+                .map_err(api("inspecting the created container"))?;
+            Ok(effective_of(inspect))
         })
     }
 
@@ -449,6 +460,62 @@ fn host_config(plan: &ContainerPlan) -> HostConfig {
         // a namespace's init is immune to the worker's signals and may kill every process.
         init: Some(false),
         ..Default::default()
+    }
+}
+
+/// The engine's record of a container, in engine-neutral terms. A field the engine leaves out
+/// reads as its empty value, which the check against the plan then reports.
+fn effective_of(inspect: bollard::models::ContainerInspectResponse) -> Effective {
+    let config = inspect.config.unwrap_or_default();
+    let host = inspect.host_config.unwrap_or_default();
+    let mut mounts: Vec<EffectiveMount> = inspect
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let kind = m.typ.map(|t| t.to_string()).unwrap_or_default();
+            let source = if kind == "volume" {
+                m.name.unwrap_or_default()
+            } else if kind == "tmpfs" {
+                String::new()
+            } else {
+                m.source.unwrap_or_default()
+            };
+            EffectiveMount {
+                kind,
+                source,
+                target: m.destination.unwrap_or_default(),
+                read_only: m.rw == Some(false),
+                propagation: m.propagation.unwrap_or_default(),
+            }
+        })
+        .collect();
+    mounts.sort();
+    Effective {
+        image: inspect.image.unwrap_or_default(),
+        user: config.user.unwrap_or_default(),
+        entrypoint: config.entrypoint.unwrap_or_default(),
+        cmd: config.cmd.unwrap_or_default(),
+        healthcheck: config.healthcheck.and_then(|h| h.test).unwrap_or_default(),
+        network_mode: host.network_mode.unwrap_or_default(),
+        network_disabled: config.network_disabled.unwrap_or(false),
+        readonly_rootfs: host.readonly_rootfs.unwrap_or(false),
+        privileged: host.privileged.unwrap_or(false),
+        cap_add: host.cap_add.unwrap_or_default(),
+        cap_drop: host.cap_drop.unwrap_or_default(),
+        security_opt: host.security_opt.unwrap_or_default(),
+        pids_limit: host.pids_limit.unwrap_or(0),
+        memory: host.memory.unwrap_or(0),
+        memory_swap: host.memory_swap.unwrap_or(0),
+        nano_cpus: host.nano_cpus.unwrap_or(0),
+        mounts,
+        tmpfs: host.tmpfs.unwrap_or_default().into_iter().collect(),
+        runtime: host.runtime.unwrap_or_default(),
+        init: host.init.unwrap_or(false),
+        ipc_mode: host.ipc_mode.unwrap_or_default(),
+        pid_mode: host.pid_mode.unwrap_or_default(),
+        userns_mode: host.userns_mode.unwrap_or_default(),
+        devices: host.devices.map_or(0, |d| d.len()),
     }
 }
 

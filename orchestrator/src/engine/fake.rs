@@ -15,8 +15,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{
-    Attached, BuildSpec, Chunk, Engine, EngineError, EngineFuture, EngineInfo, ExitState,
-    ImageInfo, Inspected, Listed, ListedVolume, Select,
+    Attached, BuildSpec, Chunk, Effective, Engine, EngineError, EngineFuture, EngineInfo,
+    ExitState, ImageInfo, Inspected, Listed, ListedVolume, Select,
 };
 use crate::plan::ContainerPlan;
 
@@ -80,6 +80,7 @@ pub struct FakeEngine {
     killed: watch::Sender<bool>,
     calls: Mutex<Vec<String>>,
     plan: Mutex<Option<ContainerPlan>>,
+    tamper: Option<fn(&mut Effective)>,
 }
 
 impl FakeEngine {
@@ -90,6 +91,19 @@ impl FakeEngine {
             killed: watch::channel(false).0,
             calls: Mutex::new(Vec::new()),
             plan: Mutex::new(None),
+            tamper: None,
+        })
+    }
+
+    /// An engine that records the created container with a setting changed by `tamper`, as an
+    /// engine that drops or rewrites an option would.
+    pub fn tampering(script: Script, tamper: fn(&mut Effective)) -> Arc<FakeEngine> {
+        Arc::new(FakeEngine {
+            script,
+            killed: watch::channel(false).0,
+            calls: Mutex::new(Vec::new()),
+            plan: Mutex::new(None),
+            tamper: Some(tamper),
         })
     }
 
@@ -224,6 +238,18 @@ impl Engine for FakeEngine {
             exit: self.exit(),
             user: None,
         })
+    }
+
+    fn effective<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Effective> {
+        self.log(format!("effective {id}"));
+        let mut eff = self
+            .plan()
+            .map(|p| crate::verify::expected(&p))
+            .unwrap_or_default();
+        if let Some(tamper) = self.tamper {
+            tamper(&mut eff);
+        }
+        ready(eff)
     }
 
     fn remove<'a>(&'a self, id: &'a str) -> EngineFuture<'a, ()> {

@@ -179,6 +179,78 @@ pub struct Inspected {
     pub user: Option<String>,
 }
 
+/// A created container's settings as the engine recorded them, read back before it starts, so
+/// that what runs is checked against the plan rather than assumed (`verify`). The environment
+/// is left out: it holds the model gateway's honeytoken, and this goes into the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Effective {
+    /// The image's content id.
+    pub image: String,
+    /// `uid:gid`.
+    pub user: String,
+    /// The entrypoint.
+    pub entrypoint: Vec<String>,
+    /// The command after it.
+    pub cmd: Vec<String>,
+    /// The healthcheck's test (`["NONE"]` when disabled).
+    pub healthcheck: Vec<String>,
+    /// `none`, `bridge`, ...
+    pub network_mode: String,
+    /// Networking disabled in the container's config.
+    pub network_disabled: bool,
+    /// Read-only root filesystem.
+    pub readonly_rootfs: bool,
+    /// Privileged mode.
+    pub privileged: bool,
+    /// Capabilities added.
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped.
+    pub cap_drop: Vec<String>,
+    /// Security options (`no-new-privileges:true`, `seccomp=...`).
+    pub security_opt: Vec<String>,
+    /// Process limit.
+    pub pids_limit: i64,
+    /// Memory limit in bytes.
+    pub memory: i64,
+    /// Memory plus swap limit in bytes.
+    pub memory_swap: i64,
+    /// CPU limit in billionths of a CPU.
+    pub nano_cpus: i64,
+    /// Mounts, sorted by target.
+    pub mounts: Vec<EffectiveMount>,
+    /// tmpfs mounts by target, with their options.
+    pub tmpfs: std::collections::BTreeMap<String, String>,
+    /// The OCI runtime (`runc`, `runsc`).
+    pub runtime: String,
+    /// Whether the engine injects its own init as PID 1.
+    pub init: bool,
+    /// IPC namespace mode.
+    pub ipc_mode: String,
+    /// PID namespace mode (empty: private).
+    pub pid_mode: String,
+    /// User namespace mode (empty: the daemon's).
+    pub userns_mode: String,
+    /// Host devices passed in.
+    pub devices: usize,
+}
+
+/// One mount of an [`Effective`] container.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize,
+)]
+pub struct EffectiveMount {
+    /// `bind`, `volume` or `tmpfs`.
+    pub kind: String,
+    /// Host path (bind), volume name (volume), empty (tmpfs).
+    pub source: String,
+    /// Path in the container.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Bind propagation (`rprivate`, ...; empty when the engine does not say).
+    pub propagation: String,
+}
+
 /// One container of a listing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Listed {
@@ -255,6 +327,8 @@ pub trait Engine: Send + Sync {
     fn wait<'a>(&'a self, id: &'a str) -> EngineFuture<'a, i64>;
     /// The container's state: running or not, how it ended, its user.
     fn inspect<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Inspected>;
+    /// A created container's settings as the engine recorded them (see [`Effective`]).
+    fn effective<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Effective>;
     /// Force-removes a container and its anonymous volumes; absent is success.
     fn remove<'a>(&'a self, id: &'a str) -> EngineFuture<'a, ()>;
     /// Lists containers, stopped ones included.

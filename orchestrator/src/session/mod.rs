@@ -154,6 +154,12 @@ pub enum SessionError {
         /// What went wrong.
         why: String,
     },
+    /// The engine created the container with settings other than the plan's (the fields named);
+    /// it was removed without starting.
+    #[error(
+        "the engine did not create the container as planned ({0}); it was removed without starting"
+    )]
+    Mismatch(String),
     /// The state directory was replaced while the worker ran.
     #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
     StateReplaced(PathBuf),
@@ -183,6 +189,7 @@ impl SessionError {
                 | SessionError::Extract(_)
                 | SessionError::NoArchive(_)
                 | SessionError::ArchiveCut(_)
+                | SessionError::Mismatch(_)
                 | SessionError::Gateway(_)
                 | SessionError::Io { .. }
         )
@@ -268,6 +275,8 @@ struct Session<'a> {
     tracker: Tracker,
     /// The model gateway, for a worker with model access (`model`).
     model: Option<model::ModelSession>,
+    /// The container's settings as the engine recorded them, checked against the plan.
+    verified: Option<crate::verify::Verified>,
 }
 
 impl<'a> Session<'a> {
@@ -314,6 +323,7 @@ impl<'a> Session<'a> {
             record,
             tracker: Tracker::default(),
             model: None,
+            verified: None,
         })
     }
 
@@ -485,6 +495,7 @@ impl<'a> Session<'a> {
             "container.created",
             json!({ "container": worker_id, "image": self.worker.image, "image_id": self.worker.image_id }),
         )?;
+        self.verify(plan, &worker_id).await?;
         failpoint("before-start").await;
         let attached = engine.attach(&worker_id).await?;
         container::start(engine, &worker_id, "worker").await?;
@@ -492,6 +503,29 @@ impl<'a> Session<'a> {
         self.save()?;
         self.audit("container.started", json!({ "container": worker_id }))?;
         Ok((worker_id, attached))
+    }
+
+    /// Reads the created container back and compares it with the plan before it starts: on any
+    /// difference it is audited (`container.mismatch`) and the session fails as the host's
+    /// failure; `clean_up` removes the container, which never ran.
+    async fn verify(&mut self, plan: &ContainerPlan, worker_id: &str) -> Result<(), SessionError> {
+        let effective = self.engine.effective(worker_id).await?;
+        let mismatches = crate::verify::compare(plan, &effective);
+        if !mismatches.is_empty() {
+            self.audit(
+                "container.mismatch",
+                json!({ "container": worker_id, "fields": mismatches }),
+            )?;
+            let fields: Vec<&str> = mismatches.iter().map(|m| m.field).collect();
+            return Err(SessionError::Mismatch(fields.join(", ")));
+        }
+        let verified = crate::verify::Verified::new(effective);
+        self.audit(
+            "container.verified",
+            json!({ "container": worker_id, "digest": verified.digest, "runtime": verified.settings.runtime }),
+        )?;
+        self.verified = Some(verified);
+        Ok(())
     }
 
     /// Streams the container's output into a building stage until it ends; records and audits
@@ -651,6 +685,7 @@ impl<'a> Session<'a> {
             bytes: extraction.total_bytes,
             repo_head,
             model: None,
+            container: self.verified.clone(),
         }
     }
 

@@ -154,6 +154,57 @@ async fn a_good_archive_is_staged_with_the_workers_logs() {
     assert!(events(&f, &outcome.session).contains(&"session.staged".to_string()));
 }
 
+/// A good archive's staged manifest carries the verified container settings and their digest.
+#[tokio::test(start_paused = true)]
+async fn the_manifest_says_what_the_container_really_ran_with() {
+    let f = fixture();
+    let archive = Archive::new().file("report.txt", b"fine").finish();
+    let (outcome, _, engine) = run_script(&f, Script::new(chunks(&archive, 300), 0)).await;
+    let staged = outcome.staged.clone().unwrap();
+    let manifest = Stage::new(f.home.staged_dir()).manifest(&staged).unwrap();
+    let verified = manifest.container.unwrap();
+    let plan = engine.plan().unwrap();
+    assert_eq!(verified.settings, crate::verify::expected(&plan));
+    assert_eq!(verified.digest.len(), 64);
+    let calls = engine.calls();
+    let at = |p: &str| calls.iter().position(|c| c.starts_with(p)).unwrap();
+    assert!(at("effective") < at("start"), "{calls:?}");
+    assert!(events(&f, &outcome.session).contains(&"container.verified".to_string()));
+}
+
+/// An engine that records any setting other than planned: the container never starts, is
+/// removed, the mismatch is audited with its fields, and the session fails as the host's.
+#[tokio::test(start_paused = true)]
+async fn a_container_created_other_than_planned_never_starts() {
+    type Weaken = fn(&mut crate::engine::Effective);
+    let weakened: [(&str, Weaken); 4] = [
+        ("readonly_rootfs", |e| e.readonly_rootfs = false),
+        ("cap_drop", |e| e.cap_drop.clear()),
+        ("network_mode", |e| e.network_mode = "bridge".into()),
+        ("mounts", |e| {
+            e.mounts.iter_mut().for_each(|m| m.read_only = false)
+        }),
+    ];
+    for (field, weaken) in weakened {
+        let f = fixture();
+        let archive = Archive::new().file("report.txt", b"fine").finish();
+        let engine = FakeEngine::tampering(Script::new(chunks(&archive, 300), 0), weaken);
+        let (outcome, _) = run_with(&f, &engine, std::future::pending()).await;
+        assert!(outcome.host_failure, "{field}: {outcome:?}");
+        assert!(
+            outcome.error.as_deref().unwrap_or("").contains(field),
+            "{field}: {outcome:?}"
+        );
+        assert!(!engine.called("start"), "{field}: {:?}", engine.calls());
+        assert_nothing_staged(&f, &outcome, &engine);
+        let mismatch = audited(&f, &outcome.session)
+            .into_iter()
+            .find(|(e, _)| e == "container.mismatch")
+            .unwrap();
+        assert_eq!(mismatch.1["fields"][0]["field"], field, "{}", mismatch.1);
+    }
+}
+
 /// tests/integration session `a_worker_past_its_timeout_is_killed_and_reported`.
 #[tokio::test(start_paused = true)]
 async fn a_worker_past_its_timeout_is_killed_and_reported() {
