@@ -47,7 +47,7 @@ pub enum UidError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// Every candidate was taken (the host's databases cover the reserved range).
-    #[error("no free worker uid in {RANGE_START}..{}: the host's accounts or subordinate id ranges cover golem-orch's reserved range", RANGE_START as u64 + RANGE_LEN as u64)]
+    #[error("no free worker uid in {RANGE_START}..{}: the host's accounts or subordinate id ranges cover golem-orch's reserved range, or the name service did not answer", RANGE_START as u64 + RANGE_LEN as u64)]
     Exhausted,
 }
 
@@ -105,23 +105,65 @@ impl HostIds {
     }
 }
 
-/// Asks the name service (LDAP, SSSD, systemd-homed...) too, not only the local files.
+/// Asks the name service (LDAP, SSSD, systemd-homed...) too, not only the local files. Fails
+/// closed: an id counts as known unless the name service says it has no such user and no such
+/// group. An entry too large for the buffer (a group with thousands of members answers
+/// `ERANGE`) is asked again with a larger one, never read as "no such group"; any other error
+/// (an unreachable directory server) keeps the id off the list of candidates.
 fn nss_knows(id: u32) -> bool {
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: the out-pointers point at zeroed, properly sized values that live for the call,
-    // and `buf`/its length describe a writable buffer; the functions write nothing else.
-    unsafe {
-        let mut pw: libc::passwd = std::mem::zeroed();
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        if libc::getpwuid_r(id, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) == 0
-            && !found.is_null()
-        {
-            return true;
+    nss_lookup(id, Db::Passwd) != Lookup::Absent || nss_lookup(id, Db::Group) != Lookup::Absent
+}
+
+#[derive(Clone, Copy)]
+enum Db {
+    Passwd,
+    Group,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    Found,
+    Absent,
+    Failed,
+}
+
+/// The largest buffer an entry may need before the answer counts as a failure.
+const NSS_MAX_BUFFER: usize = 64 << 20;
+
+fn nss_lookup(id: u32, db: Db) -> Lookup {
+    nss_lookup_from(id, db, 16 * 1024)
+}
+
+/// [`nss_lookup`] starting from a buffer of `len` bytes.
+fn nss_lookup_from(id: u32, db: Db, mut len: usize) -> Lookup {
+    loop {
+        let mut buf = vec![0 as libc::c_char; len];
+        // SAFETY: the out-pointers point at zeroed, properly sized values that live for the
+        // call, and `buf`/`len` describe a writable buffer; the functions write nothing else.
+        let (rc, found) = unsafe {
+            match db {
+                Db::Passwd => {
+                    let mut pw: libc::passwd = std::mem::zeroed();
+                    let mut found: *mut libc::passwd = std::ptr::null_mut();
+                    let rc = libc::getpwuid_r(id, &mut pw, buf.as_mut_ptr(), len, &mut found);
+                    (rc, !found.is_null())
+                }
+                Db::Group => {
+                    let mut gr: libc::group = std::mem::zeroed();
+                    let mut found: *mut libc::group = std::ptr::null_mut();
+                    let rc = libc::getgrgid_r(id, &mut gr, buf.as_mut_ptr(), len, &mut found);
+                    (rc, !found.is_null())
+                }
+            }
+        };
+        match rc {
+            0 if found => return Lookup::Found,
+            // "Not found" is 0 with no result; glibc also documents these for it.
+            0 | libc::ENOENT | libc::ESRCH => return Lookup::Absent,
+            libc::ERANGE if len < NSS_MAX_BUFFER => len *= 4,
+            libc::EINTR => continue,
+            _ => return Lookup::Failed,
         }
-        let mut gr: libc::group = std::mem::zeroed();
-        let mut gfound: *mut libc::group = std::ptr::null_mut();
-        libc::getgrgid_r(id, &mut gr, buf.as_mut_ptr(), buf.len(), &mut gfound) == 0
-            && !gfound.is_null()
     }
 }
 
@@ -216,5 +258,18 @@ mod tests {
             let id = pick(&host, &BTreeSet::new(), || r).unwrap();
             assert!(is_session_id(id) && id < 1 << 31, "{id}");
         }
+    }
+
+    #[test]
+    fn the_name_service_answers_found_and_absent() {
+        // root (0) is in every passwd and group database; a reserved-range id is in none here.
+        assert_eq!(nss_lookup(0, Db::Passwd), Lookup::Found);
+        assert_eq!(nss_lookup(0, Db::Group), Lookup::Found);
+        assert!(nss_knows(0));
+        assert_eq!(nss_lookup(RANGE_START + 12_345, Db::Passwd), Lookup::Absent);
+        assert!(!nss_knows(RANGE_START + 12_345));
+        // An entry larger than the buffer (ERANGE) is asked again, not read as absent.
+        assert_eq!(nss_lookup_from(0, Db::Passwd, 1), Lookup::Found);
+        assert_eq!(nss_lookup_from(0, Db::Group, 1), Lookup::Found);
     }
 }
