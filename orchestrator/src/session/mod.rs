@@ -196,6 +196,22 @@ impl SessionError {
     }
 }
 
+/// Fails when a scrub run as root left entries it could not fix: root can clear, remove and
+/// re-own anything, so a failure there means a tree in a state the worker must not be given.
+/// (Not as root, an earlier worker's unreadable directory is expected and only audited.)
+fn scrub_held(path: &Path, scrubbed: &workspace::Scrubbed) -> Result<(), SessionError> {
+    match scrubbed.failed.first() {
+        None => Ok(()),
+        Some(first) => Err(SessionError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(format!(
+                "{} entr(ies) could not be scrubbed (first: {first}); the worker was not started",
+                scrubbed.failed.len()
+            )),
+        }),
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
     move |source| SessionError::Io {
         path: path.to_path_buf(),
@@ -451,7 +467,8 @@ impl<'a> Session<'a> {
         let root = unsafe { libc::geteuid() } == 0;
         if root {
             // The input copy is the session's: readable by its worker, nobody else's uid.
-            workspace::scrub(input, Some(user)).map_err(io(input))?;
+            let scrubbed = workspace::scrub(input, Some(user)).map_err(io(input))?;
+            scrub_held(input, &scrubbed)?;
         } else {
             // Not root: the worker's uid can only read the copy through "other" permissions.
             // The copy lies in the session's directory inside the state directory, which other
@@ -467,6 +484,10 @@ impl<'a> Session<'a> {
                 "workspace.scrubbed",
                 json!({ "when": "before", "scrubbed": scrubbed }),
             )?;
+            if root {
+                // Root can fix every entry; one it could not is a tree the worker must not get.
+                scrub_held(&ws, &scrubbed)?;
+            }
             self.record.workspace_scrubbed_before = Some(scrubbed);
         }
         Ok(())
