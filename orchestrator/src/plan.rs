@@ -82,6 +82,24 @@ impl Output {
     }
 }
 
+/// The engine's pids limit for a policy. Under gVisor (`runsc`) the container's pids cgroup also
+/// holds the sandbox's own threads and processes (its Go runtime, the gofer, one ptrace stub per
+/// worker task), about 60 on two cores, so the policy's number alone stops the sandbox before
+/// the worker's first thread ("error initializing first thread"). Those are added, so that the
+/// worker keeps the budget its policy gives it; the kernel still caps the whole sandbox.
+pub fn pids_limit(policy: &Policy) -> i64 {
+    let pids = i64::try_from(policy.resources.pids).unwrap_or(i64::MAX);
+    if policy.runtime.as_deref() != Some(RUNSC) {
+        return pids;
+    }
+    let cpus = std::thread::available_parallelism().map_or(8, |n| n.get());
+    let overhead = 128 + 8 * i64::try_from(cpus).unwrap_or(1024);
+    pids.saturating_add(overhead)
+}
+
+/// gVisor's runtime name.
+pub const RUNSC: &str = "runsc";
+
 /// Everything about one session's worker container.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContainerPlan {
@@ -291,7 +309,7 @@ pub fn build(
         masks,
         memory_bytes: policy.resources.memory.bytes(),
         nano_cpus: (policy.resources.cpus * 1e9) as i64,
-        pids_limit: i64::try_from(policy.resources.pids).unwrap_or(i64::MAX),
+        pids_limit: pids_limit(policy),
         timeout_secs: policy.resources.timeout.duration().as_secs().max(1),
         runtime: policy.runtime.clone(),
         labels,

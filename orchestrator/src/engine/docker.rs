@@ -69,6 +69,18 @@ impl Engine for DockerEngine {
                 .version()
                 .await
                 .map_err(|e| EngineError::Unreachable(e.to_string()))?;
+            // Runtimes come from the system info; an engine that does not say has only its
+            // default, which a plan naming no runtime gets.
+            let info = self
+                .docker
+                .info()
+                .await
+                .map_err(api("asking the engine for its runtimes"))?;
+            let mut runtimes: Vec<String> = info
+                .runtimes
+                .map(|r| r.into_keys().collect())
+                .unwrap_or_default();
+            runtimes.sort();
             Ok(EngineInfo {
                 version: v.version.unwrap_or_default(),
                 platform: format!(
@@ -77,6 +89,13 @@ impl Engine for DockerEngine {
                     v.arch.unwrap_or_default()
                 ),
                 api_version: v.api_version.unwrap_or_default(),
+                name: v
+                    .components
+                    .and_then(|c| c.into_iter().next())
+                    .map(|c| c.name)
+                    .unwrap_or_default(),
+                runtimes,
+                default_runtime: info.default_runtime.unwrap_or_default(),
             })
         })
     }

@@ -189,6 +189,9 @@ impl Engine for FakeEngine {
             version: "fake".into(),
             api_version: "1.41".into(),
             platform: "test/none".into(),
+            name: "fake".into(),
+            runtimes: vec!["runc".into()],
+            default_runtime: "runc".into(),
         })
     }
 

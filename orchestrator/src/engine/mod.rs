@@ -141,6 +141,12 @@ pub struct EngineInfo {
     pub api_version: String,
     /// Operating system and architecture.
     pub platform: String,
+    /// Which engine answers (its first version component: `Engine` for Docker, `Podman Engine`).
+    pub name: String,
+    /// The OCI runtimes registered with it, sorted.
+    pub runtimes: Vec<String>,
+    /// The runtime a container gets when the plan names none.
+    pub default_runtime: String,
 }
 
 /// One piece of a container's output as the attach stream delivers it: stdout carries the

@@ -160,6 +160,14 @@ pub enum SessionError {
         "the engine did not create the container as planned ({0}); it was removed without starting"
     )]
     Mismatch(String),
+    /// The policy names a runtime the engine does not have.
+    #[error("the {runtime:?} runtime is not registered with the engine (it has: {have}); see README, \"Runtimes\"")]
+    RuntimeMissing {
+        /// The policy's runtime.
+        runtime: String,
+        /// The engine's runtimes.
+        have: String,
+    },
     /// The state directory was replaced while the worker ran.
     #[error("the state directory {0} was replaced while the worker ran; nothing was staged")]
     StateReplaced(PathBuf),
@@ -255,6 +263,9 @@ pub async fn run_resolved(
     )?;
     // So is model access the level cannot grant (or a `--model` outside its allowlist).
     model::effective_policy(&opts)?;
+    // And a runtime the engine does not have: the engine would refuse the create anyway, but
+    // only after a session existed, and with its own words.
+    check_runtime(engine, &opts.policy).await?;
     let mut session = Session::open(home, engine, &opts, &images.worker)?;
     let result = {
         let work = session.run_steps();
@@ -268,6 +279,25 @@ pub async fn run_resolved(
         }
     };
     session.clean_up(result).await
+}
+
+/// Refuses a policy runtime the engine has not registered (never falls back to another one: the
+/// runtime is the isolation).
+async fn check_runtime(
+    engine: &dyn Engine,
+    policy: &crate::policy::Policy,
+) -> Result<(), SessionError> {
+    let Some(runtime) = &policy.runtime else {
+        return Ok(());
+    };
+    let info = engine.version().await?;
+    if info.runtimes.iter().any(|r| r == runtime) {
+        return Ok(());
+    }
+    Err(SessionError::RuntimeMissing {
+        runtime: runtime.clone(),
+        have: info.runtimes.join(", "),
+    })
 }
 
 /// Marker for a cancelled session.

@@ -205,6 +205,33 @@ async fn a_container_created_other_than_planned_never_starts() {
     }
 }
 
+/// A policy runtime the engine lacks is refused in one line before a session exists.
+#[tokio::test(start_paused = true)]
+async fn a_runtime_the_engine_lacks_is_refused_before_a_session_exists() {
+    let f = fixture();
+    let engine = FakeEngine::new(Script::new(Vec::new(), 0));
+    let mut opts = options(&f);
+    opts.policy.runtime = Some("runsc".into());
+    let err = run_resolved(&f.home, &*engine, opts, &images(), std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SessionError::RuntimeMissing { runtime, have } if runtime == "runsc" && have == "runc"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains('\n'));
+    assert!(!engine.called("create"), "{:?}", engine.calls());
+    assert!(!f.home.audit_path().exists() || events_all(&f).is_empty());
+}
+
+fn events_all(f: &Fixture) -> Vec<String> {
+    std::fs::read_to_string(f.home.audit_path())
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
 /// tests/integration session `a_worker_past_its_timeout_is_killed_and_reported`.
 #[tokio::test(start_paused = true)]
 async fn a_worker_past_its_timeout_is_killed_and_reported() {
