@@ -255,6 +255,14 @@ pub struct Policy {
     /// An OCI runtime registered with the engine (for example `runsc` for gVisor); engine default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// The runtimes a person may choose with `--runtime` (the `runtime` above among them); empty
+    /// means only the level's own. A project file may shorten the list, never lengthen it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<String>,
+    /// The level's runtime must be used: a session whose engine lacks it is refused. Without it,
+    /// a missing preferred runtime falls back to the engine's default, audited and warned about.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_required: bool,
     /// Model access through the host gateway; none when the file has no `model:` section.
     #[serde(default)]
     pub model: ModelPolicy,
@@ -307,6 +315,16 @@ pub enum PolicyError {
         at: Location,
         /// What is wrong.
         message: String,
+    },
+    /// `--runtime` named a runtime the level does not allow.
+    #[error("the {level} level does not allow the {asked:?} runtime (it allows: {allowed}); see `golem-orch policy show {level}`")]
+    Runtime {
+        /// The level.
+        level: TrustLevel,
+        /// What was asked.
+        asked: String,
+        /// The level's runtimes.
+        allowed: String,
     },
     /// A project file or flag asked for more than the level grants.
     #[error("{at}: {key} may only narrow the {level} policy: {asked} is more than {allowed}")]
@@ -403,13 +421,24 @@ impl Policy {
             );
         }
         if let Some(rt) = &self.runtime {
-            if rt.is_empty()
-                || !rt
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
+            if !is_runtime_name(rt) {
                 return err("runtime", format!("{rt:?} is not a runtime name"));
             }
+        }
+        if let Some(rt) = self.runtimes.iter().find(|r| !is_runtime_name(r)) {
+            return err("runtimes", format!("{rt:?} is not a runtime name"));
+        }
+        if !self.runtimes.is_empty() && !self.runtimes.contains(&self.own_runtime().to_string()) {
+            return err(
+                "runtimes",
+                format!(
+                    "must include the level's own runtime {:?}",
+                    self.own_runtime()
+                ),
+            );
+        }
+        if self.runtime_required && self.runtime.is_none() {
+            return err("runtime_required", "needs a runtime to require".into());
         }
         Ok(())
     }
@@ -499,6 +528,50 @@ fn parse_user(user: &str) -> Result<Option<(u32, u32)>, String> {
 }
 
 /// The host variables the model gateway reads its upstream and key from.
+/// An OCI runtime's name as engines register them: letters, digits, `-`, `_`, `.`.
+fn is_runtime_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+impl Policy {
+    /// The level's own runtime by name: `runtime`, or `runc` (the engines' default) when absent.
+    pub fn own_runtime(&self) -> &str {
+        self.runtime.as_deref().unwrap_or(DEFAULT_RUNTIME)
+    }
+
+    /// The runtimes `--runtime` may choose: `runtimes`, or the level's own alone.
+    pub fn allowed_runtimes(&self) -> Vec<String> {
+        if self.runtimes.is_empty() {
+            vec![self.own_runtime().to_string()]
+        } else {
+            self.runtimes.clone()
+        }
+    }
+
+    /// A person's `--runtime` choice: one the level allows, then required (an explicit choice
+    /// never falls back to another runtime).
+    pub fn choose_runtime(&mut self, name: &str) -> Result<(), PolicyError> {
+        let allowed = self.allowed_runtimes();
+        if !allowed.iter().any(|r| r == name) {
+            return Err(PolicyError::Runtime {
+                level: self.level,
+                asked: name.to_string(),
+                allowed: allowed.join(", "),
+            });
+        }
+        self.runtime = Some(name.to_string());
+        self.runtime_required = true;
+        Ok(())
+    }
+}
+
+/// The runtime engines use when a container names none.
+pub const DEFAULT_RUNTIME: &str = "runc";
+
 fn is_model_config_var(name: &str) -> bool {
     name.starts_with("GOLEM_MODEL")
         || crate::gateway::ModelApi::ALL
@@ -875,5 +948,30 @@ mod tests {
         let link = dir.path().join("l.yaml");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert!(load(TrustLevel::Untrusted, None, Some(&link)).is_err());
+    }
+
+    #[test]
+    fn runtimes_are_chosen_only_from_the_levels_list_and_a_choice_is_required() {
+        let mut p = load(TrustLevel::Untrusted, None, None).unwrap().policy;
+        assert_eq!(p.allowed_runtimes(), ["runc", "runsc"]);
+        assert_eq!((p.own_runtime(), p.runtime_required), ("runc", false));
+        let err = p.clone().choose_runtime("kata").unwrap_err().to_string();
+        assert!(
+            err.contains("does not allow") && err.contains("runc, runsc"),
+            "{err}"
+        );
+        p.choose_runtime("runsc").unwrap();
+        assert_eq!(
+            (p.runtime.as_deref(), p.runtime_required),
+            (Some("runsc"), true)
+        );
+        p.validate().unwrap();
+        // A policy file's list must hold its own runtime; required needs one.
+        let mut bad = p.clone();
+        bad.runtimes = vec!["runc".into()];
+        assert!(bad.validate().is_err());
+        let mut bad = p.clone();
+        bad.runtime = None;
+        assert!(bad.validate().is_err());
     }
 }

@@ -20,7 +20,9 @@
 //!   whether they are applied together or one by one.
 //! - `env.pass` may only drop names, `env.set` may add nothing, and `runtime` may only repeat the
 //!   policy's own: variables such as `LD_PRELOAD` and the OCI runtime decide what code runs and
-//!   how it is isolated, so only a policy file chooses them.
+//!   how it is isolated, so only a policy file chooses them. `runtimes` (what `--runtime` may
+//!   choose) may only drop names and must keep the level's own runtime; `runtime_required` may
+//!   be switched on, never off.
 //! - `model.allow` may only drop names (a subset of the policy's own list, compared as written:
 //!   `host` stays `host`, since which model the host names is not known here), and every model
 //!   budget is an ordered value like the rest. The upstream and the key are not in a policy at
@@ -65,6 +67,13 @@ pub struct Narrowing {
     /// May only name the policy's own runtime. Any other value is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// Fewer runtimes for `--runtime`; the level's own must stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtimes: Option<Vec<String>>,
+    /// `true` requires the level's runtime (no fallback); `false` on a level that requires it
+    /// is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_required: Option<bool>,
     /// Fewer models, smaller budgets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelNarrowing>,
@@ -381,6 +390,39 @@ impl Ask<'_> {
                 .unwrap_or_else(|| "the engine's default".into()),
         ))
     }
+
+    fn runtimes(&self, p: &mut Policy, asked: &[String]) -> Result<(), PolicyError> {
+        let allowed = p.allowed_runtimes();
+        let own = p.own_runtime().to_string();
+        let shown = |list: &[String]| format!("[{}]", list.join(", "));
+        if let Some(extra) = asked.iter().find(|r| !allowed.contains(r)) {
+            return Err(self.widen("runtimes", extra.clone(), shown(&allowed)));
+        }
+        // Dropping the level's own runtime would switch its isolation; that is the policy
+        // file's choice alone.
+        if !asked.contains(&own) {
+            return Err(self.widen("runtimes", shown(asked), format!("a list holding {own}")));
+        }
+        let mut kept: Vec<String> = Vec::new();
+        for r in asked {
+            if !kept.contains(r) {
+                kept.push(r.clone());
+            }
+        }
+        p.runtimes = kept;
+        Ok(())
+    }
+
+    fn runtime_required(&self, p: &mut Policy, asked: bool) -> Result<(), PolicyError> {
+        if !asked && p.runtime_required {
+            return Err(self.widen("runtime_required", "false".into(), "true".into()));
+        }
+        if asked {
+            p.runtime = Some(p.own_runtime().to_string());
+            p.runtime_required = true;
+        }
+        Ok(())
+    }
 }
 
 impl Policy {
@@ -418,6 +460,12 @@ impl Policy {
         }
         if let Some(rt) = &n.runtime {
             ask.runtime(&p, rt)?;
+        }
+        if let Some(list) = &n.runtimes {
+            ask.runtimes(&mut p, list)?;
+        }
+        if let Some(required) = n.runtime_required {
+            ask.runtime_required(&mut p, required)?;
         }
         if let Some(m) = &n.model {
             ask.model(&mut p, m)?;
@@ -474,7 +522,11 @@ mod tests {
                 );
                 let output = (1u64..=(1u64 << 30), 1u64..=10_000, 1u64..=(1u64 << 30));
                 let env = proptest::sample::subsequence(vec!["HOME", "TERM", "TZ"], 0..=3);
-                let runtime = proptest::option::of(Just("runsc"));
+                let runtime = (
+                    proptest::option::of(Just("runsc")),
+                    any::<bool>(),
+                    any::<bool>(),
+                );
                 let input = 1u64..=level.input_ceiling().bytes();
                 (
                     (Just(level), mounts, any::<bool>(), resources),
@@ -500,7 +552,13 @@ mod tests {
                             p.output.max_file_bytes = Size(o.2.min(o.0));
                             p.input.max_total_bytes = Size(input);
                             p.env.pass = env.into_iter().map(String::from).collect();
-                            p.runtime = runtime.map(String::from);
+                            p.runtime = runtime.0.map(String::from);
+                            p.runtimes = if runtime.1 {
+                                vec!["runc".into(), "runsc".into()]
+                            } else {
+                                Vec::new()
+                            };
+                            p.runtime_required = runtime.2 && p.runtime.is_some();
                             p.model = model;
                             p
                         },
@@ -641,13 +699,19 @@ mod tests {
         let input = some(around(p.input.max_total_bytes.bytes()).prop_map(Size))
             .prop_map(|max_total_bytes| InputNarrowing { max_total_bytes });
         let runtime = prop_oneof![Just("runsc".to_string()), Just("runc".to_string())];
+        let names = vec!["runc".to_string(), "runsc".to_string(), "kata".to_string()];
+        let runtimes = some(proptest::sample::subsequence(names, 0..=3));
         (
             (some(mounts), some(network), some(resources(p))),
             (some(output(p)), some(input), some(env(p)), some(runtime)),
-            some(model(p)),
+            (some(model(p)), runtimes, some(any::<bool>())),
         )
             .prop_map(
-                |((mounts, network, resources), (output, input, env, runtime), model)| Narrowing {
+                |(
+                    (mounts, network, resources),
+                    (output, input, env, runtime),
+                    (model, runtimes, runtime_required),
+                )| Narrowing {
                     mounts,
                     network,
                     resources,
@@ -655,6 +719,8 @@ mod tests {
                     input,
                     env,
                     runtime,
+                    runtimes,
+                    runtime_required,
                     model,
                 },
             )
@@ -751,9 +817,13 @@ mod tests {
     fn assert_never_wider(base: &Policy, p: &Policy) {
         assert_eq!(p.validate(), Ok(()));
         assert_eq!(
-            (p.level, &p.user, &p.env.set, &p.runtime),
-            (base.level, &base.user, &base.env.set, &base.runtime)
+            (p.level, &p.user, &p.env.set, p.own_runtime()),
+            (base.level, &base.user, &base.env.set, base.own_runtime())
         );
+        let allowed = base.allowed_runtimes();
+        assert!(p.allowed_runtimes().iter().all(|r| allowed.contains(r)));
+        assert!(p.allowed_runtimes().iter().any(|r| r == p.own_runtime()));
+        assert!(p.runtime_required >= base.runtime_required);
         assert!(p.mounts.input <= base.mounts.input);
         assert!(p.mounts.workspace <= base.mounts.workspace);
         assert!(p.mounts.repo <= base.mounts.repo);

@@ -265,8 +265,16 @@ pub async fn run_resolved(
     model::effective_policy(&opts)?;
     // And a runtime the engine does not have: the engine would refuse the create anyway, but
     // only after a session existed, and with its own words.
-    check_runtime(engine, &opts.policy).await?;
+    let mut opts = opts;
+    let fallback = check_runtime(engine, &mut opts.policy).await?;
     let mut session = Session::open(home, engine, &opts, &images.worker)?;
+    if let Some(missing) = fallback {
+        tracing::warn!("the {missing:?} runtime is not registered with the engine; this session runs under the engine's default");
+        session.audit(
+            "runtime.fallback",
+            json!({ "missing": missing, "message": "the level's runtime is not required; the engine's default runs this session" }),
+        )?;
+    }
     let result = {
         let work = session.run_steps();
         tokio::pin!(work);
@@ -281,23 +289,28 @@ pub async fn run_resolved(
     session.clean_up(result).await
 }
 
-/// Refuses a policy runtime the engine has not registered (never falls back to another one: the
-/// runtime is the isolation).
+/// Settles the runtime against the engine's: a runtime it has is kept; a missing one is refused
+/// when required (a level's `runtime_required`, or a person's `--runtime`), else dropped for the
+/// engine's default and returned, to be audited and warned about.
 async fn check_runtime(
     engine: &dyn Engine,
-    policy: &crate::policy::Policy,
-) -> Result<(), SessionError> {
-    let Some(runtime) = &policy.runtime else {
-        return Ok(());
+    policy: &mut crate::policy::Policy,
+) -> Result<Option<String>, SessionError> {
+    let Some(runtime) = policy.runtime.clone() else {
+        return Ok(None);
     };
     let info = engine.version().await?;
-    if info.runtimes.iter().any(|r| r == runtime) {
-        return Ok(());
+    if info.runtimes.iter().any(|r| *r == runtime) {
+        return Ok(None);
     }
-    Err(SessionError::RuntimeMissing {
-        runtime: runtime.clone(),
-        have: info.runtimes.join(", "),
-    })
+    if policy.runtime_required {
+        return Err(SessionError::RuntimeMissing {
+            runtime,
+            have: info.runtimes.join(", "),
+        });
+    }
+    policy.runtime = None;
+    Ok(Some(runtime))
 }
 
 /// Marker for a cancelled session.

@@ -212,6 +212,7 @@ async fn a_runtime_the_engine_lacks_is_refused_before_a_session_exists() {
     let engine = FakeEngine::new(Script::new(Vec::new(), 0));
     let mut opts = options(&f);
     opts.policy.runtime = Some("runsc".into());
+    opts.policy.runtime_required = true;
     let err = run_resolved(&f.home, &*engine, opts, &images(), std::future::pending())
         .await
         .unwrap_err();
@@ -222,6 +223,26 @@ async fn a_runtime_the_engine_lacks_is_refused_before_a_session_exists() {
     assert!(!err.to_string().contains('\n'));
     assert!(!engine.called("create"), "{:?}", engine.calls());
     assert!(!f.home.audit_path().exists() || events_all(&f).is_empty());
+}
+
+/// A preferred runtime that is not required falls back to the engine's default, audited.
+#[tokio::test(start_paused = true)]
+async fn a_missing_preferred_runtime_falls_back_to_the_default_audited() {
+    let f = fixture();
+    let archive = Archive::new().file("report.txt", b"fine").finish();
+    let engine = FakeEngine::new(Script::new(chunks(&archive, 300), 0));
+    let mut opts = options(&f);
+    opts.policy.runtime = Some("runsc".into());
+    let outcome = run_resolved(&f.home, &*engine, opts, &images(), std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, SessionStatus::Staged, "{outcome:?}");
+    assert_eq!(engine.plan().unwrap().runtime, None);
+    let fallback = audited(&f, &outcome.session)
+        .into_iter()
+        .find(|(e, _)| e == "runtime.fallback")
+        .unwrap();
+    assert_eq!(fallback.1["missing"], "runsc");
 }
 
 fn events_all(f: &Fixture) -> Vec<String> {
