@@ -300,7 +300,7 @@ async fn check_runtime(
         return Ok(None);
     };
     let info = engine.version().await?;
-    if info.runtimes.iter().any(|r| *r == runtime) {
+    if info.runtimes.contains(&runtime) {
         return Ok(None);
     }
     if policy.runtime_required {
