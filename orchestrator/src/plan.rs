@@ -64,20 +64,34 @@ pub struct Output {
     pub target: String,
     /// tmpfs `size=` in bytes.
     pub size_bytes: u64,
-    /// tmpfs `nr_inodes=`: files and directories together.
-    pub max_inodes: u64,
+    /// tmpfs `nr_inodes=`: files and directories together. `None` where the engine cannot set
+    /// it (Podman); the extractor's exact file count is then the only count cap.
+    pub max_inodes: Option<u64>,
     /// Owner of the tmpfs root, the worker's user.
     pub uid: u32,
     /// Group of the tmpfs root.
     pub gid: u32,
+    /// The engine gives the tmpfs root to the container's user itself (Podman's `U` option)
+    /// instead of taking `uid=`/`gid=` options, which Podman refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owner_by_engine: bool,
 }
 
 impl Output {
     /// The tmpfs mount options.
     pub fn mount_options(&self) -> String {
+        let inodes = self
+            .max_inodes
+            .map(|n| format!(",nr_inodes={n}"))
+            .unwrap_or_default();
+        let owner = if self.owner_by_engine {
+            "U".to_string()
+        } else {
+            format!("uid={},gid={}", self.uid, self.gid)
+        };
         format!(
-            "rw,noexec,nosuid,nodev,size={},nr_inodes={},uid={},gid={},mode=0700",
-            self.size_bytes, self.max_inodes, self.uid, self.gid
+            "rw,noexec,nosuid,nodev,size={}{inodes},{owner},mode=0700",
+            self.size_bytes
         )
     }
 }
@@ -153,6 +167,10 @@ pub struct ContainerPlan {
     pub timeout_secs: u64,
     /// OCI runtime, when the policy names one.
     pub runtime: Option<String>,
+    /// `RLIMIT_NPROC` for the worker's user, when the engine would otherwise set one it cannot
+    /// (Podman raises it past a nested host's hard limit and fails to start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nproc: Option<u64>,
     /// Labels that tie the container to its session, state directory and owning process.
     pub labels: BTreeMap<String, String>,
 }
@@ -297,9 +315,10 @@ pub fn build(
             target: OUTPUT_TARGET.into(),
             size_bytes: policy.output.max_total_bytes.bytes(),
             // Directories take inodes too; extraction enforces the exact file count.
-            max_inodes: policy.output.max_files.saturating_mul(2).saturating_add(16),
+            max_inodes: Some(policy.output.max_files.saturating_mul(2).saturating_add(16)),
             uid,
             gid,
+            owner_by_engine: false,
         },
         network,
         read_only_rootfs: true,
@@ -312,6 +331,7 @@ pub fn build(
         pids_limit: pids_limit(policy),
         timeout_secs: policy.resources.timeout.duration().as_secs().max(1),
         runtime: policy.runtime.clone(),
+        nproc: None,
         labels,
     })
 }
@@ -593,7 +613,9 @@ impl ContainerPlan {
             "  {:<11} rw  tmpfs, {} max, {} inodes max, owner {} (mode 0700)",
             self.output.target,
             crate::units::Size(self.output.size_bytes),
-            self.output.max_inodes,
+            self.output
+                .max_inodes
+                .map_or_else(|| "no".to_string(), |n| n.to_string()),
             self.user
         )?;
         for (path, opts) in &self.tmpfs {

@@ -32,15 +32,19 @@ pub struct Verified {
     pub digest: String,
     /// The settings.
     pub settings: Effective,
+    /// Protections the engine could not apply as planned, and what stood in for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<crate::engine::Replaced>,
 }
 
 impl Verified {
-    /// Wraps checked settings with their digest.
-    pub fn new(settings: Effective) -> Verified {
+    /// Wraps checked settings with their digest and what the engine replaced.
+    pub fn new(settings: Effective, replaced: Vec<crate::engine::Replaced>) -> Verified {
         let json = serde_json::to_vec(&settings).unwrap_or_default();
         Verified {
             digest: hex::encode(Sha256::digest(&json)),
             settings,
+            replaced,
         }
     }
 }
@@ -305,8 +309,8 @@ mod tests {
             compare(&plan, &eff)
         );
         assert_eq!(
-            Verified::new(expected(&plan)).digest,
-            Verified::new(expected(&plan)).digest
+            Verified::new(expected(&plan), vec![]).digest,
+            Verified::new(expected(&plan), vec![]).digest
         );
     }
 

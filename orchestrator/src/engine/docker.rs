@@ -23,14 +23,17 @@ use futures_util::StreamExt;
 
 use super::{
     Attached, BuildSpec, Chunk, Effective, EffectiveMount, Engine, EngineError, EngineFuture,
-    EngineInfo, ExitState, ImageInfo, Inspected, Listed, ListedVolume, Select, LABEL_ROLE,
+    EngineInfo, ExitState, ImageInfo, Inspected, Listed, ListedVolume, Replaced, Select,
+    LABEL_ROLE,
 };
 use crate::plan::ContainerPlan;
 
-/// A Docker Engine reached through bollard.
+/// A Docker Engine, or Podman's Docker-compatible service, reached through bollard.
 #[derive(Debug, Clone)]
 pub struct DockerEngine {
     docker: Docker,
+    /// Set by [`Engine::version`] (the first request `connect` makes) when Podman answers.
+    podman: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DockerEngine {
@@ -38,8 +41,52 @@ impl DockerEngine {
     pub fn connect() -> Result<DockerEngine, EngineError> {
         let docker =
             Docker::connect_with_defaults().map_err(|e| EngineError::Unreachable(e.to_string()))?;
-        Ok(DockerEngine { docker })
+        Ok(DockerEngine {
+            docker,
+            podman: Default::default(),
+        })
     }
+
+    fn is_podman(&self) -> bool {
+        self.podman.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The name Podman's compatible service gives its first version component.
+pub const PODMAN: &str = "Podman Engine";
+
+/// Where Podman mounts tmpfs by itself when the root filesystem is read-only.
+const PODMAN_TMPFS: [&str; 2] = ["/run", "/var/tmp"];
+
+/// Podman's inspect in the Docker Engine's terms, so one comparison with the plan serves both:
+/// the mount flags it appends to every tmpfs (`rprivate`, `tmpcopyup`) are dropped, its
+/// `shareable` IPC namespace (its own, joinable only through the engine) reads as `private`,
+/// `no-new-privileges` as `no-new-privileges:true`, a dropped default capability set with
+/// nothing added and no privilege as `ALL`, and `NetworkDisabled` (which it does not keep) as
+/// the `none` network mode it stands for. Anything else stays as reported, for the check.
+fn podman_in_docker_terms(mut e: Effective) -> Effective {
+    for opts in e.tmpfs.values_mut() {
+        *opts = opts
+            .split(',')
+            .filter(|o| !matches!(*o, "rprivate" | "tmpcopyup"))
+            .collect::<Vec<_>>()
+            .join(",");
+    }
+    if e.ipc_mode == "shareable" {
+        e.ipc_mode = "private".into();
+    }
+    for opt in &mut e.security_opt {
+        if opt == "no-new-privileges" {
+            *opt = "no-new-privileges:true".into();
+        }
+    }
+    if !e.cap_drop.is_empty() && e.cap_add.is_empty() && !e.privileged {
+        e.cap_drop = vec!["ALL".into()];
+    }
+    if e.network_mode == "none" {
+        e.network_disabled = true;
+    }
+    e
 }
 
 /// Turns bollard's error into ours, keeping its words and its status.
@@ -76,6 +123,13 @@ impl Engine for DockerEngine {
                 .info()
                 .await
                 .map_err(api("asking the engine for its runtimes"))?;
+            let name = v
+                .components
+                .and_then(|c| c.into_iter().next())
+                .map(|c| c.name)
+                .unwrap_or_default();
+            self.podman
+                .store(name == PODMAN, std::sync::atomic::Ordering::SeqCst);
             let mut runtimes: Vec<String> = info
                 .runtimes
                 .map(|r| r.into_keys().collect())
@@ -89,11 +143,7 @@ impl Engine for DockerEngine {
                     v.arch.unwrap_or_default()
                 ),
                 api_version: v.api_version.unwrap_or_default(),
-                name: v
-                    .components
-                    .and_then(|c| c.into_iter().next())
-                    .map(|c| c.name)
-                    .unwrap_or_default(),
+                name,
                 runtimes,
                 default_runtime: info.default_runtime.unwrap_or_default(),
             })
@@ -199,6 +249,38 @@ impl Engine for DockerEngine {
         })
     }
 
+    fn adapt(&self, plan: &mut ContainerPlan) -> Vec<Replaced> {
+        let mut replaced = Vec::new();
+        // Podman 4.3 refuses `nr_inodes` in a tmpfs option ("unknown mount option"); the
+        // extractor counts every entry while streaming and refuses past `max_files` anyway.
+        if !self.is_podman() {
+            return replaced;
+        }
+        if plan.output.max_inodes.take().is_some() {
+            replaced.push(Replaced {
+                protection: "output tmpfs inode cap (nr_inodes)".into(),
+                by: "the extractor's file and directory count cap, enforced while streaming".into(),
+            });
+        }
+        // Rootful, it raises RLIMIT_NPROC past what a nested host allows and cannot start; the
+        // session's uid is its own, so its process count is the pids limit anyway.
+        plan.nproc = Some(u64::try_from(plan.pids_limit).unwrap_or(u64::MAX));
+        // It refuses `uid=`/`gid=` too; `U` makes the tmpfs root the container user's.
+        plan.output.owner_by_engine = true;
+        // With a read-only root it mounts writable, executable tmpfs at /run and /var/tmp of
+        // its own accord; the plan's own read-only ones take their place.
+        for target in PODMAN_TMPFS {
+            plan.tmpfs
+                .entry(target.to_string())
+                .or_insert_with(|| "ro,noexec,nosuid,nodev,size=4096".into());
+        }
+        replaced.push(Replaced {
+            protection: "cap_drop ALL".into(),
+            by: "Podman's report of every default capability dropped, with none added".into(),
+        });
+        replaced
+    }
+
     fn effective<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Effective> {
         Box::pin(async move {
             let inspect = self
@@ -206,7 +288,12 @@ impl Engine for DockerEngine {
                 .inspect_container(id, None)
                 .await
                 .map_err(api("inspecting the created container"))?;
-            Ok(effective_of(inspect))
+            let effective = effective_of(inspect);
+            Ok(if self.is_podman() {
+                podman_in_docker_terms(effective)
+            } else {
+                effective
+            })
         })
     }
 
@@ -422,6 +509,20 @@ fn mounts(plan: &ContainerPlan) -> Vec<Mount> {
     mounts
 }
 
+/// Open files and core dumps always; processes when the plan says (see `ContainerPlan::nproc`).
+fn ulimits(plan: &ContainerPlan) -> Vec<ResourcesUlimits> {
+    let limit = |name: &str, n: i64| ResourcesUlimits {
+        name: Some(name.into()),
+        soft: Some(n),
+        hard: Some(n),
+    };
+    let mut limits = vec![limit("nofile", 1024), limit("core", 0)];
+    if let Some(n) = plan.nproc {
+        limits.push(limit("nproc", i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    limits
+}
+
 /// The worker's host config: every hardening flag and resource limit of the plan.
 fn host_config(plan: &ContainerPlan) -> HostConfig {
     let mut tmpfs: HashMap<String, String> = plan
@@ -442,18 +543,7 @@ fn host_config(plan: &ContainerPlan) -> HostConfig {
         memory_swap: Some(i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX)),
         nano_cpus: Some(plan.nano_cpus),
         pids_limit: Some(plan.pids_limit),
-        ulimits: Some(vec![
-            ResourcesUlimits {
-                name: Some("nofile".into()),
-                soft: Some(1024),
-                hard: Some(1024),
-            },
-            ResourcesUlimits {
-                name: Some("core".into()),
-                soft: Some(0),
-                hard: Some(0),
-            },
-        ]),
+        ulimits: Some(ulimits(plan)),
         ipc_mode: Some("private".into()),
         // The container's own cgroup view, not the host's (the default on cgroup v1 hosts).
         cgroupns_mode: Some(bollard::models::HostConfigCgroupnsModeEnum::PRIVATE),
@@ -710,5 +800,50 @@ mod tests {
         assert_eq!(ep[1..3], ["init", "--pid1"]);
         assert_eq!(ep[ep.len() - 2..], ["/golem-worker", "report"]);
         assert_eq!(body.cmd, Some(Vec::new()));
+    }
+
+    #[test]
+    fn under_podman_the_plan_is_adapted_and_its_report_reads_in_docker_terms() {
+        let engine = DockerEngine::connect().unwrap();
+        let before = plan();
+        let mut docker_plan = before.clone();
+        assert!(
+            engine.adapt(&mut docker_plan).is_empty(),
+            "Docker applies plans as they are"
+        );
+        assert_eq!(docker_plan, before);
+        engine
+            .podman
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut p = plan();
+        let replaced = engine.adapt(&mut p);
+        let named: Vec<&str> = replaced.iter().map(|r| r.protection.as_str()).collect();
+        assert_eq!(
+            named,
+            ["output tmpfs inode cap (nr_inodes)", "cap_drop ALL"]
+        );
+        let opts = p.output.mount_options();
+        assert!(!opts.contains("nr_inodes") && !opts.contains("uid=") && opts.contains(",U,"));
+        assert_eq!(p.tmpfs["/run"], "ro,noexec,nosuid,nodev,size=4096");
+        assert_eq!(p.nproc, Some(u64::try_from(p.pids_limit).unwrap()));
+        // What Podman 4.3 reported for such a container (measured), read back in our terms,
+        // passes the check against the adapted plan.
+        let mut reported = crate::verify::expected(&p);
+        for opts in reported.tmpfs.values_mut() {
+            opts.push_str(",rprivate,tmpcopyup");
+        }
+        reported.ipc_mode = "shareable".into();
+        reported.network_disabled = false;
+        reported.security_opt = vec!["no-new-privileges".into()];
+        reported.cap_drop = vec!["CHOWN".into(), "KILL".into(), "SETUID".into()];
+        let read = podman_in_docker_terms(reported.clone());
+        assert_eq!(crate::verify::compare(&p, &read), vec![]);
+        // A capability added, or an extra writable tmpfs, still fails.
+        let mut added = reported.clone();
+        added.cap_add = vec!["SYS_ADMIN".into()];
+        assert!(!crate::verify::compare(&p, &podman_in_docker_terms(added)).is_empty());
+        let mut extra = reported;
+        extra.tmpfs.insert("/dev/shm".into(), "rw,exec".into());
+        assert!(!crate::verify::compare(&p, &podman_in_docker_terms(extra)).is_empty());
     }
 }

@@ -240,6 +240,16 @@ pub struct Effective {
     pub devices: usize,
 }
 
+/// A protection of the plan that this engine cannot apply, and what stands in for it; recorded
+/// in the manifest so a staged commit says which protection was replaced by what.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Replaced {
+    /// The protection as planned.
+    pub protection: String,
+    /// What holds instead.
+    pub by: String,
+}
+
 /// One mount of an [`Effective`] container.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize,
@@ -333,6 +343,11 @@ pub trait Engine: Send + Sync {
     fn wait<'a>(&'a self, id: &'a str) -> EngineFuture<'a, i64>;
     /// The container's state: running or not, how it ended, its user.
     fn inspect<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Inspected>;
+    /// Adapts `plan` to what this engine can apply before it is created, and says what was
+    /// replaced by what. A Docker Engine applies every plan as it is.
+    fn adapt(&self, _plan: &mut ContainerPlan) -> Vec<Replaced> {
+        Vec::new()
+    }
     /// A created container's settings as the engine recorded them (see [`Effective`]).
     fn effective<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Effective>;
     /// Force-removes a container and its anonymous volumes; absent is success.

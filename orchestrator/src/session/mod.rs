@@ -336,6 +336,8 @@ struct Session<'a> {
     model: Option<model::ModelSession>,
     /// The container's settings as the engine recorded them, checked against the plan.
     verified: Option<crate::verify::Verified>,
+    /// Protections the engine could not apply as planned ([`Engine::adapt`]).
+    replaced: Vec<crate::engine::Replaced>,
 }
 
 impl<'a> Session<'a> {
@@ -383,6 +385,7 @@ impl<'a> Session<'a> {
             tracker: Tracker::default(),
             model: None,
             verified: None,
+            replaced: Vec::new(),
         })
     }
 
@@ -490,7 +493,7 @@ impl<'a> Session<'a> {
         }
         self.start_model(user, &mut paths)?;
         paths.init = image::install_init(self.home.root())?;
-        let plan = session_plan(
+        let mut plan = session_plan(
             self.home,
             &self.id,
             opts,
@@ -498,6 +501,10 @@ impl<'a> Session<'a> {
             &self.worker.plan_command(),
             &self.owner,
         )?;
+        self.replaced = self.engine.adapt(&mut plan);
+        if !self.replaced.is_empty() {
+            self.audit("engine.adapted", json!({ "replaced": self.replaced }))?;
+        }
         self.audit("session.plan", json!({ "plan": self.audited_plan(&plan) }))?;
         Ok(plan)
     }
@@ -583,7 +590,7 @@ impl<'a> Session<'a> {
             let fields: Vec<&str> = mismatches.iter().map(|m| m.field).collect();
             return Err(SessionError::Mismatch(fields.join(", ")));
         }
-        let verified = crate::verify::Verified::new(effective);
+        let verified = crate::verify::Verified::new(effective, self.replaced.clone());
         self.audit(
             "container.verified",
             json!({ "container": worker_id, "digest": verified.digest, "runtime": verified.settings.runtime }),
