@@ -32,6 +32,7 @@ pub mod target;
 pub mod transcript;
 pub mod units;
 pub mod urlcheck;
+pub mod warnings;
 pub mod worker_uid;
 pub mod workers;
 pub mod workspace;

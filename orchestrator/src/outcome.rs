@@ -104,6 +104,10 @@ pub struct Summary {
     /// Model use summed over the documents; absent when none had model access.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelUsage>,
+    /// Warnings the documents' report workers claim, summed.
+    pub warnings: u64,
+    /// Documents with at least one high warning: the ones to read first.
+    pub high_warning_documents: usize,
 }
 
 impl Record {
@@ -129,6 +133,10 @@ impl Record {
             s.rejected_entries += d.rejected;
             s.bytes_staged += d.bytes;
             s.model = ModelUsage::sum(s.model, d.model);
+            if let Some(w) = &d.warnings {
+                s.warnings = s.warnings.saturating_add(w.total);
+                s.high_warning_documents += usize::from(w.inputs_high > 0);
+            }
         }
         s
     }
@@ -175,6 +183,7 @@ mod tests {
             logs: "logs.txt".into(),
             host_failure: false,
             model: None,
+            warnings: None,
         };
         assert_eq!(outcome.doc_status(), DocStatus::Partial);
         assert_eq!(outcome.process_exit_code(), 3);

@@ -13,6 +13,7 @@ use crate::home::write_atomic;
 use crate::intake::InputRecord;
 use crate::owner::{Liveness, Owner};
 use crate::policy::TrustLevel;
+use crate::warnings::WarningSummary;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.json";
@@ -65,6 +66,10 @@ pub struct Manifest {
     /// model access.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelRecord>,
+    /// The warnings the report worker claims in its `index.json` (see [`crate::warnings`]);
+    /// absent for other workers and for an index that does not parse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnings: Option<WarningSummary>,
 }
 
 /// What a staged commit says about its session's model use: the usage, the transcript's hash
@@ -136,6 +141,8 @@ pub struct Summary {
     pub trust_level: TrustLevel,
     /// The first input's source.
     pub source: String,
+    /// The worker's claimed warnings (null when it gave no report index).
+    pub warnings: Option<WarningSummary>,
 }
 
 /// Why the stage could not be read or written.
@@ -273,6 +280,7 @@ impl Stage {
                     .first()
                     .map(|i| i.source.clone())
                     .unwrap_or_default(),
+                warnings: m.warnings,
                 session: m.session,
                 id: m.id,
             });
@@ -667,6 +675,7 @@ mod tests {
             bytes: 1,
             repo_head: None,
             model: None,
+            warnings: None,
         }
     }
 

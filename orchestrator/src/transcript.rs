@@ -206,6 +206,7 @@ mod tests {
                 transcript_sha256,
                 honeytoken_seen: false,
             }),
+            warnings: None,
         };
         (dir, stage, manifest)
     }

@@ -119,8 +119,14 @@ impl golem_orch::batch::Progress for BatchProgress {
     }
 
     fn finished(&self, doc: &golem_orch::batch::Document, done: usize, total: usize) {
+        let warnings = match &doc.warnings {
+            Some(w) if doc.staged.is_some() => {
+                format!("  {}", golem_orch::warnings::phrase(Some(w)))
+            }
+            _ => String::new(),
+        };
         let text = format!(
-            "[{done}/{total}] {:<9} {}{}",
+            "[{done}/{total}] {:<9} {}{warnings}{}",
             doc.status.as_str(),
             line(&doc.source),
             doc.error
@@ -129,7 +135,8 @@ impl golem_orch::batch::Progress for BatchProgress {
                 .unwrap_or_default()
         );
         self.bar.set_position(done);
-        if !self.bar.is_bar() || doc.status != golem_orch::batch::DocStatus::Staged {
+        let high = doc.warnings.as_ref().is_some_and(|w| w.inputs_high > 0);
+        if !self.bar.is_bar() || doc.status != golem_orch::batch::DocStatus::Staged || high {
             self.bar.println(&text);
         }
     }

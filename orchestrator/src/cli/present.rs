@@ -6,6 +6,7 @@ use golem_orch::batch::{self, Record};
 use golem_orch::home;
 use golem_orch::render::{self, line};
 use golem_orch::session::Outcome;
+use golem_orch::warnings::{self, WarningSummary};
 
 use super::{errln, outln};
 
@@ -34,6 +35,9 @@ pub(super) fn run_outcome(outcome: &Outcome) {
     if let Some(m) = &outcome.model {
         outln!("  model: {}", model_usage(m));
     }
+    if outcome.staged.is_some() {
+        outln!("  warnings: {}", run_warnings(outcome.warnings.as_ref()));
+    }
     // Next-step hints, not the result: left out under -q.
     if render::is_quiet() {
         return;
@@ -45,6 +49,39 @@ pub(super) fn run_outcome(outcome: &Outcome) {
         );
     }
     outln!("  logs: golem-orch logs {short}");
+}
+
+/// `run`'s warnings line: total, inputs by worst severity and the first high inputs.
+fn run_warnings(w: Option<&WarningSummary>) -> String {
+    let Some(w) = w else {
+        return warnings::phrase(None);
+    };
+    let mut text = format!(
+        "{}; {}",
+        warnings::phrase(Some(w)),
+        warnings::by_severity(w)
+    );
+    const SHOWN: usize = 3;
+    if !w.high.is_empty() {
+        let names: Vec<String> = w
+            .high
+            .iter()
+            .take(SHOWN)
+            .map(|h| format!("{} {}", line(&h.path), kinds(h)))
+            .collect();
+        text.push_str(&format!("; high: {}", names.join(", ")));
+        let more = (w.high.len() - w.high.len().min(SHOWN)) as u64 + w.high_omitted;
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+    }
+    text
+}
+
+/// An input's warning kinds, `[hidden_text, script]`, each through the gate.
+pub(super) fn kinds(h: &golem_orch::warnings::HighInput) -> String {
+    let kinds: Vec<String> = h.kinds.iter().map(|k| line(k)).collect();
+    format!("[{}]", kinds.join(", "))
 }
 
 /// A session's (or a batch's) model use on one line.
@@ -105,6 +142,7 @@ pub(super) fn batch_summary(record: &Record) {
             line(d.error.as_deref().unwrap_or(""))
         );
     }
+    high_warnings(record, summary.high_warning_documents);
     if let Some(staged) = &record.staged {
         outln!("  staged as one: golem-orch show {}", home::short(staged));
     }
@@ -118,6 +156,32 @@ pub(super) fn batch_summary(record: &Record) {
             "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {}",
             summary.retryable,
             home::short(&record.id)
+        );
+    }
+}
+
+/// The batch's documents with a high warning, one line each with the id to `show` (the
+/// combined commit's with `--stage-as-one`).
+fn high_warnings(record: &Record, count: usize) {
+    if count == 0 {
+        return;
+    }
+    let noun = if count == 1 { "document" } else { "documents" };
+    outln!("  high warnings: {count} {noun}");
+    for d in &record.documents {
+        let Some(w) = d.warnings.as_ref().filter(|w| w.inputs_high > 0) else {
+            continue;
+        };
+        let show = record
+            .staged
+            .as_deref()
+            .or(d.staged.as_deref())
+            .map(|id| format!("  golem-orch show {}", home::short(id)))
+            .unwrap_or_default();
+        outln!(
+            "    {}  {}{show}",
+            line(&d.source),
+            warnings::phrase(Some(w))
         );
     }
 }

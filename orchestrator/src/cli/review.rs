@@ -11,6 +11,7 @@ use golem_orch::home::{self, Home};
 use golem_orch::render::{self, line};
 use golem_orch::stage::Stage;
 use golem_orch::transcript;
+use golem_orch::warnings;
 
 use super::args::TargetArgs;
 use super::{err, errln, outln, present, print_json};
@@ -28,13 +29,14 @@ pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
     }
     let now = chrono::Utc::now();
     outln!(
-        "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  SOURCE",
+        "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:>12}  {:<9}  SOURCE",
         "ID",
         "STATUS",
         "AGE",
         "FILES",
         "BYTES",
         "REJECTED",
+        "WARN",
         "TRUST"
     );
     for s in list {
@@ -42,13 +44,14 @@ pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
             .map(|t| present::human_age(now.signed_duration_since(t.with_timezone(&chrono::Utc))))
             .unwrap_or_else(|_| "?".into());
         outln!(
-            "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  {}",
+            "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:>12}  {:<9}  {}",
             home::short(&s.id),
             s.status,
             age,
             s.files,
             present::human_bytes(s.bytes),
             s.rejected,
+            warnings::cell(s.warnings.as_ref()),
             s.trust_level.as_str(),
             line(&s.source)
         );
@@ -129,7 +132,27 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         );
     }
     show_model(&stage, &id, &m);
+    show_warnings(&m);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `show`'s warnings: what the report worker claims, and the inputs to read first.
+fn show_warnings(m: &golem_orch::stage::Manifest) {
+    let Some(w) = &m.warnings else {
+        outln!("\nwarnings: unknown (no report index in the output)");
+        return;
+    };
+    outln!(
+        "\nwarnings ({}; {}; the worker's own claim)",
+        warnings::phrase(Some(w)),
+        warnings::by_severity(w)
+    );
+    for h in &w.high {
+        outln!("  HIGH  {}  {}", line(&h.path), present::kinds(h));
+    }
+    if w.high_omitted > 0 {
+        outln!("  ... and {} more with a high warning", w.high_omitted);
+    }
 }
 
 /// Where a pushed staged commit went: `{commit, branch, at, repo, remote}`. The status record
