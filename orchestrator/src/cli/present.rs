@@ -3,7 +3,7 @@
 //! and passes every value that came from outside through `render::line`.
 
 use golem_orch::batch::{self, Record};
-use golem_orch::home;
+use golem_orch::home::{self, Home};
 use golem_orch::render::{self, line};
 use golem_orch::session::Outcome;
 use golem_orch::warnings::{self, WarningSummary};
@@ -16,8 +16,10 @@ pub(super) fn color_wanted() -> bool {
 }
 
 /// A session's outcome for a person: status, exit code, what was staged, where the logs are.
-pub(super) fn run_outcome(outcome: &Outcome) {
-    let short = home::short(&outcome.session);
+pub(super) fn run_outcome(home: &Home, outcome: &Outcome) {
+    let sessions = home.session_prefixes();
+    let staged_ids = home.staged_prefixes();
+    let short = sessions.get(&outcome.session);
     outln!("session {short}: {}", outcome.status.as_str());
     if let Some(code) = outcome.exit_code {
         outln!("  worker exit code {code}");
@@ -25,11 +27,11 @@ pub(super) fn run_outcome(outcome: &Outcome) {
     if let Some(staged) = &outcome.staged {
         outln!(
             "  staged {}: {} file(s), {}, {} rejected  (golem-orch show {})",
-            home::short(staged),
+            staged_ids.get(staged),
             outcome.files,
             human_bytes(outcome.bytes),
             outcome.rejected,
-            home::short(staged)
+            staged_ids.get(staged)
         );
     }
     if let Some(m) = &outcome.model {
@@ -45,7 +47,7 @@ pub(super) fn run_outcome(outcome: &Outcome) {
     if let (Some(staged), Some(_)) = (&outcome.staged, &outcome.model) {
         outln!(
             "  transcript: golem-orch transcript {}",
-            home::short(staged)
+            staged_ids.get(staged)
         );
     }
     outln!("  logs: golem-orch logs {short}");
@@ -107,13 +109,11 @@ pub(super) fn session_error(outcome: &Outcome) {
 
 /// A finished (or cancelled) batch: counts, the documents that did not simply succeed, and
 /// how to go on.
-pub(super) fn batch_summary(record: &Record) {
+pub(super) fn batch_summary(home: &Home, record: &Record) {
     let summary = record.summary();
-    outln!(
-        "batch {}: {}",
-        home::short(&record.id),
-        record.state.as_str()
-    );
+    let batch_id = batch::printed_id(home, &record.id);
+    let staged_ids = home.staged_prefixes();
+    outln!("batch {batch_id}: {}", record.state.as_str());
     outln!("  {:<10} {:>6}", "succeeded", summary.succeeded);
     outln!("  {:<10} {:>6}", "partial", summary.partial);
     outln!("  {:<10} {:>6}", "failed", summary.failed);
@@ -142,27 +142,26 @@ pub(super) fn batch_summary(record: &Record) {
             line(d.error.as_deref().unwrap_or(""))
         );
     }
-    high_warnings(record, summary.high_warning_documents);
+    high_warnings(record, &staged_ids, summary.high_warning_documents);
     if let Some(staged) = &record.staged {
-        outln!("  staged as one: golem-orch show {}", home::short(staged));
+        outln!(
+            "  staged as one: golem-orch show {}",
+            staged_ids.get(staged)
+        );
     }
     if record.state == batch::BatchState::Cancelled {
-        outln!(
-            "  resume with: golem-orch batch --resume {}",
-            home::short(&record.id)
-        );
+        outln!("  resume with: golem-orch batch --resume {batch_id}");
     } else if summary.retryable > 0 {
         outln!(
-            "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {}",
-            summary.retryable,
-            home::short(&record.id)
+            "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {batch_id}",
+            summary.retryable
         );
     }
 }
 
 /// The batch's documents with a high warning, one line each with the id to `show` (the
 /// combined commit's with `--stage-as-one`).
-fn high_warnings(record: &Record, count: usize) {
+fn high_warnings(record: &Record, printed: &home::Prefixes, count: usize) {
     if count == 0 {
         return;
     }
@@ -176,7 +175,7 @@ fn high_warnings(record: &Record, count: usize) {
             .staged
             .as_deref()
             .or(d.staged.as_deref())
-            .map(|id| format!("  golem-orch show {}", home::short(id)))
+            .map(|id| format!("  golem-orch show {}", printed.get(id)))
             .unwrap_or_default();
         outln!(
             "    {}  {}{show}",
