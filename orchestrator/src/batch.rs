@@ -249,13 +249,6 @@ pub fn dir(home: &Home) -> std::path::PathBuf {
     home.root().join("batches")
 }
 
-/// How a batch id is printed: its unique prefix among the batch records ([`home::Prefixes`]).
-pub fn printed_id(home: &Home, id: &str) -> String {
-    home::Prefixes::of_dir(&dir(home), ".json")
-        .get(id)
-        .to_string()
-}
-
 /// Loads a batch record by id or unique prefix.
 pub fn load(home: &Home, id: &str) -> Result<Record, BatchError> {
     let d = dir(home);

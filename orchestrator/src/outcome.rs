@@ -205,4 +205,31 @@ mod tests {
         r.state = BatchState::Cancelled;
         assert_eq!(r.exit_code(), 130);
     }
+
+    #[test]
+    fn a_batch_summary_counts_warnings_and_the_documents_with_a_high_one() {
+        use crate::warnings::{Severity, WarningSummary};
+        let warned = |total, highest: Option<Severity>| crate::batch::Document {
+            warnings: Some(WarningSummary {
+                total,
+                inputs_high: u64::from(highest == Some(Severity::High)),
+                highest,
+                ..WarningSummary::default()
+            }),
+            ..crate::batch::tests::doc(DocStatus::Staged, false)
+        };
+        let settings = crate::batch::Settings {
+            spec: crate::spec::RunSpec::new(crate::policy::TrustLevel::Untrusted),
+            jobs: 1,
+            stage_as_one: false,
+        };
+        let docs = vec![
+            warned(3, Some(Severity::High)),
+            warned(2, Some(Severity::Low)),
+            warned(u64::MAX, Some(Severity::High)),
+            crate::batch::tests::doc(DocStatus::Failed, false),
+        ];
+        let s = crate::batch::new_record(settings, docs).summary();
+        assert_eq!((s.warnings, s.high_warning_documents), (u64::MAX, 2));
+    }
 }

@@ -38,7 +38,7 @@ pub(super) async fn batch_cmd(
     let pending = record.documents.iter().filter(|d| d.needs_run()).count();
     infoln!(
         "batch {}: {} document(s) to run, {} at a time",
-        batch::printed_id(&home, &record.id),
+        present::batch_id(&home, &record.id),
         pending,
         record.settings.jobs
     );

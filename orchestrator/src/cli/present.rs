@@ -86,6 +86,13 @@ pub(super) fn kinds(h: &golem_orch::warnings::HighInput) -> String {
     format!("[{}]", kinds.join(", "))
 }
 
+/// How a batch id is printed: its unique prefix among the batch records ([`home::Prefixes`]).
+pub(super) fn batch_id(home: &Home, id: &str) -> String {
+    home::Prefixes::of_dir(&batch::dir(home), ".json")
+        .get(id)
+        .to_string()
+}
+
 /// A session's (or a batch's) model use on one line.
 pub(super) fn model_usage(m: &golem_orch::gateway::ModelUsage) -> String {
     format!(
@@ -111,7 +118,7 @@ pub(super) fn session_error(outcome: &Outcome) {
 /// how to go on.
 pub(super) fn batch_summary(home: &Home, record: &Record) {
     let summary = record.summary();
-    let batch_id = batch::printed_id(home, &record.id);
+    let batch_id = batch_id(home, &record.id);
     let staged_ids = home.staged_prefixes();
     outln!("batch {batch_id}: {}", record.state.as_str());
     outln!("  {:<10} {:>6}", "succeeded", summary.succeeded);
