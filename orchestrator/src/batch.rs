@@ -868,6 +868,7 @@ pub(crate) mod tests {
             "exit_code":null,"error":"x","files":0,"bytes":0,"rejected":0}"#;
         let parsed: Document = serde_json::from_str(old).unwrap();
         assert!(!parsed.needs_run());
+        assert!(parsed.warnings.is_none());
     }
 
     #[test]

@@ -680,6 +680,27 @@ mod tests {
     }
 
     #[test]
+    fn manifests_without_warnings_load_and_listings_carry_them() {
+        let m = manifest("cccc");
+        let json = serde_json::to_value(&m).unwrap();
+        assert!(json.get("warnings").is_none(), "written only when known");
+        assert_eq!(serde_json::from_value::<Manifest>(json).unwrap(), m);
+        let dir = tempfile::tempdir().unwrap();
+        let stage = Stage::new(dir.path());
+        let b = stage.begin("dddd").unwrap();
+        std::fs::write(b.files_dir().join("a.txt"), "x").unwrap();
+        let warnings = crate::warnings::parse(
+            br#"{"inputs":[{"path":"a","warnings":2,"highest_severity":"medium"}]}"#,
+        );
+        b.commit(&Manifest {
+            warnings: warnings.clone(),
+            ..manifest("dddd")
+        })
+        .unwrap();
+        assert_eq!(stage.list().unwrap()[0].warnings, warnings);
+    }
+
+    #[test]
     fn a_committed_stage_appears_whole_and_an_abandoned_one_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
         let stage = Stage::new(dir.path());
