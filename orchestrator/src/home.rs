@@ -343,6 +343,16 @@ impl Prefixes {
         Prefixes(unique_prefixes(ids.iter().map(String::as_str)))
     }
 
+    /// The unique prefixes of the ids in `dir` and of `id`, which may not be written yet (a
+    /// batch announced before its first record).
+    pub fn of_dir_and(dir: &Path, suffix: &str, id: &str) -> Prefixes {
+        let mut ids = ids_in(dir, suffix).unwrap_or_default();
+        if !ids.iter().any(|i| i == id) {
+            ids.push(id.to_string());
+        }
+        Prefixes(unique_prefixes(ids.iter().map(String::as_str)))
+    }
+
     /// `id`'s printed form: its unique prefix, or [`short`] for an id not in the directory.
     pub fn get<'a>(&'a self, id: &'a str) -> &'a str {
         self.0.get(id).map_or_else(|| short(id), String::as_str)

@@ -88,7 +88,7 @@ pub(super) fn kinds(h: &golem_orch::warnings::HighInput) -> String {
 
 /// How a batch id is printed: its unique prefix among the batch records ([`home::Prefixes`]).
 pub(super) fn batch_id(home: &Home, id: &str) -> String {
-    home::Prefixes::of_dir(&batch::dir(home), ".json")
+    home::Prefixes::of_dir_and(&batch::dir(home), ".json", id)
         .get(id)
         .to_string()
 }
