@@ -310,11 +310,13 @@ fn every_id_printed_after_a_fifty_document_batch_is_distinct_and_resolves() {
     }
     // The sessions listing's ids resolve with `logs`.
     let sessions = stdout_text(&g.output(["sessions"]));
-    for id in sessions
+    let listed: Vec<&str> = sessions
         .lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().next())
-    {
+        .collect();
+    assert_eq!(listed.len(), 50, "{sessions}");
+    for id in listed {
         let out = g.output(["logs", id]);
         assert!(out.status.success(), "logs {id}: {}", stderr_text(&out));
     }
