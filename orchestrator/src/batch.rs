@@ -110,6 +110,9 @@ pub struct Document {
     /// Its session's use of the model gateway (AI workers only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelUsage>,
+    /// The warnings its report worker claims (absent for other workers and older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnings: Option<crate::warnings::WarningSummary>,
 }
 
 /// Where a listed document is and which file it was, so it is never re-resolved by path.
@@ -300,6 +303,7 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
             retry: false,
             pinned,
             model: None,
+            warnings: None,
         });
     };
     for source in intake::classify(inputs)? {
@@ -557,6 +561,7 @@ fn record_outcome(d: &mut Document, outcome: Result<Outcome, SessionError>) {
             // A document run again (after a cancel or a host failure) keeps what its earlier
             // sessions spent too: the batch's model budget is charged for every attempt.
             d.model = ModelUsage::sum(d.model, o.model);
+            d.warnings = o.warnings;
         }
         Err(e) => {
             d.status = DocStatus::Failed;
@@ -611,6 +616,7 @@ struct Combined {
     files: Vec<ExtractedFile>,
     rejected: Vec<Rejected>,
     omitted: u64,
+    warnings: Option<crate::warnings::WarningSummary>,
 }
 
 /// Combines every staged document into one staged commit with a folder per document, and marks
@@ -712,6 +718,9 @@ fn copy_part(
             reason: r.reason.clone(),
         }));
     combined.omitted += m.rejected_omitted;
+    if let Some(w) = &m.warnings {
+        combined.warnings.get_or_insert_default().add(w, folder);
+    }
     Ok(m)
 }
 
@@ -736,6 +745,7 @@ fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest
         repo_head: first.repo_head.clone(),
         model: None,
         container: None,
+        warnings: combined.warnings,
     }
 }
 
@@ -793,6 +803,7 @@ pub(crate) mod tests {
             retry,
             pinned: None,
             model: None,
+            warnings: None,
         }
     }
 
@@ -858,6 +869,7 @@ pub(crate) mod tests {
             "exit_code":null,"error":"x","files":0,"bytes":0,"rejected":0}"#;
         let parsed: Document = serde_json::from_str(old).unwrap();
         assert!(!parsed.needs_run());
+        assert!(parsed.warnings.is_none());
     }
 
     #[test]

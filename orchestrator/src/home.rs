@@ -284,37 +284,101 @@ pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     file.write_all(data)
 }
 
-/// A new session or staged-commit id: a UUIDv7, so ids sort by creation time. Its first 12 hex
-/// digits, the short form people see and paste back, are its millisecond timestamp, so that
-/// timestamp is made strictly increasing within the process: a batch that starts several
-/// sessions in one millisecond still gives each its own short id (plain `now_v7` gave them the
-/// same one, and `show` refused the pasted id as ambiguous).
+/// A new session, staged-commit or batch id: a random UUIDv4 in 32 hex digits.
+///
+/// Ids are random from their first digit so that what people see and paste back, a short
+/// prefix, differs between ids made together. (They were UUIDv7s, whose first 12 digits are a
+/// millisecond timestamp: ids of one batch all began with the same 8 to 10 digits and differed
+/// only in the last one or two of the 12 shown.) Nothing orders by id: records, manifests and
+/// batch records carry `created_at`, and listings sort by it. Ids of either kind resolve from
+/// any unique prefix ([`resolve_id`]), so old state directories keep working.
 pub fn new_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_MS: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let mut prev = LAST_MS.load(Ordering::Relaxed);
-    let ms = loop {
-        let next = now.max(prev.saturating_add(1));
-        match LAST_MS.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => break next,
-            Err(seen) => prev = seen,
-        }
-    };
-    let random = uuid::Uuid::new_v4().into_bytes();
-    let mut tail = [0u8; 10];
-    tail.copy_from_slice(&random[..10]);
-    uuid::Builder::from_unix_timestamp_millis(ms, &tail)
-        .into_uuid()
-        .simple()
-        .to_string()
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// The short form people see and type (ids also resolve from any unique prefix).
+/// The fewest hex digits a printed id has (as git's abbreviated hashes): 8 random digits are
+/// unique among thousands of ids, and a longer prefix is printed when two ids share 8.
+pub const MIN_PREFIX: usize = 8;
+
+/// The short form for where no listing is at hand (branch names, commit messages, audit lines):
+/// the first 12 digits. Of a random id that is 48 bits, unique in any state directory.
 pub fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
+}
+
+/// Each id's shortest prefix of at least [`MIN_PREFIX`] characters that no other id of `ids`
+/// starts with (the whole id when another id equals it or extends it). What listings print:
+/// pasted back, it resolves to exactly that id while no new id shares it.
+pub fn unique_prefixes<'a>(
+    ids: impl IntoIterator<Item = &'a str>,
+) -> std::collections::HashMap<String, String> {
+    let mut sorted: Vec<&str> = ids.into_iter().collect();
+    sorted.sort_unstable();
+    let common = |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let mut out = std::collections::HashMap::with_capacity(sorted.len());
+    for (i, id) in sorted.iter().enumerate() {
+        let before = i.checked_sub(1).map_or(0, |j| common(sorted[j], id));
+        let after = sorted.get(i + 1).map_or(0, |next| common(next, id));
+        let want = (before.max(after) + 1).max(MIN_PREFIX);
+        // Ids are ASCII hex; a name that is not still gets a prefix on a character boundary.
+        let end = id
+            .char_indices()
+            .map(|(at, c)| at + c.len_utf8())
+            .find(|&end| end >= want)
+            .unwrap_or(id.len());
+        out.insert((*id).to_string(), id[..end].to_string());
+    }
+    out
+}
+
+/// The printed forms of one kind of id ([`unique_prefixes`] over the ids in its directory).
+#[derive(Debug, Default)]
+pub struct Prefixes(std::collections::HashMap<String, String>);
+
+impl Prefixes {
+    /// The unique prefixes of the ids in `dir` named `<id><suffix>`; none (every id printed
+    /// with [`short`]) when it cannot be listed.
+    pub fn of_dir(dir: &Path, suffix: &str) -> Prefixes {
+        let ids = ids_in(dir, suffix).unwrap_or_default();
+        Prefixes(unique_prefixes(ids.iter().map(String::as_str)))
+    }
+
+    /// The unique prefixes of the ids in `dir` and of `id`, which may not be written yet (a
+    /// batch announced before its first record).
+    pub fn of_dir_and(dir: &Path, suffix: &str, id: &str) -> Prefixes {
+        let mut ids = ids_in(dir, suffix).unwrap_or_default();
+        if !ids.iter().any(|i| i == id) {
+            ids.push(id.to_string());
+        }
+        Prefixes(unique_prefixes(ids.iter().map(String::as_str)))
+    }
+
+    /// `id`'s printed form: its unique prefix, or [`short`] for an id not in the directory.
+    pub fn get<'a>(&'a self, id: &'a str) -> &'a str {
+        self.0.get(id).map_or_else(|| short(id), String::as_str)
+    }
+}
+
+/// The ids in `dir`: entries named `<32 characters><suffix>`.
+fn ids_in(dir: &Path, suffix: &str) -> std::io::Result<Vec<String>> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(suffix).map(str::to_string))
+        .filter(|name| name.len() == 32)
+        .collect())
+}
+
+impl Home {
+    /// How staged-commit ids are printed now.
+    pub fn staged_prefixes(&self) -> Prefixes {
+        Prefixes::of_dir(&self.staged_dir(), "")
+    }
+
+    /// How session ids are printed now.
+    pub fn session_prefixes(&self) -> Prefixes {
+        Prefixes::of_dir(&self.sessions_dir(), "")
+    }
 }
 
 /// Resolves a full id or unique prefix among the entries of `dir`.
@@ -337,22 +401,23 @@ pub fn resolve_id_in(
         return Err(not_found());
     }
     let prefix = prefix.to_ascii_lowercase();
-    let mut found: Vec<String> = std::fs::read_dir(dir)
+    let mut found: Vec<String> = ids_in(dir, suffix)
         .map_err(io(dir))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter_map(|name| name.strip_suffix(suffix).map(str::to_string))
-        .filter(|name| name.len() == 32 && name.starts_with(&prefix))
+        .into_iter()
+        .filter(|name| name.starts_with(&prefix))
         .collect();
     found.sort();
     match found.len() {
         0 => Err(not_found()),
         1 => Ok(found.remove(0)),
-        _ => Err(HomeError::Ambiguous {
-            kind,
-            id: prefix,
-            candidates: found.iter().map(|s| short(s).to_string()).collect(),
-        }),
+        _ => {
+            let printed = unique_prefixes(found.iter().map(String::as_str));
+            Err(HomeError::Ambiguous {
+                kind,
+                id: prefix,
+                candidates: found.iter().map(|s| printed[s].clone()).collect(),
+            })
+        }
     }
 }
 
@@ -405,35 +470,115 @@ fn perms_0600() -> std::fs::Permissions {
 mod tests {
     use super::*;
 
-    #[test]
-    fn ids_made_in_one_burst_have_distinct_short_forms_in_creation_order() {
-        let ids: Vec<String> = (0..2000).map(|_| new_id()).collect();
-        let shorts: std::collections::BTreeSet<&str> = ids.iter().map(|id| short(id)).collect();
-        assert_eq!(shorts.len(), ids.len(), "two ids share a short form");
-        assert!(
-            ids.windows(2).all(|w| w[0] < w[1]),
-            "ids do not sort by creation"
-        );
-        let parsed = uuid::Uuid::parse_str(&ids[0]).unwrap();
-        assert_eq!(parsed.get_version_num(), 7);
+    /// Checks `printed` against its definition: a prefix of its id, at least [`MIN_PREFIX`]
+    /// long (or the whole id), no other id starts with it, and one character less would not do.
+    fn assert_unique_prefixes(ids: &[String], printed: &std::collections::HashMap<String, String>) {
+        assert_eq!(printed.len(), ids.len());
+        for id in ids {
+            let p = &printed[id];
+            assert!(
+                id.starts_with(p.as_str()) && (p.len() >= MIN_PREFIX || p == id),
+                "{p}"
+            );
+            let sharing = |q: &str| ids.iter().filter(|o| o.starts_with(q)).count();
+            assert_eq!(sharing(p), 1, "{p} is not unique");
+            if p.len() > MIN_PREFIX {
+                assert!(sharing(&p[..p.len() - 1]) > 1, "{p} is longer than needed");
+            }
+        }
     }
 
     #[test]
-    fn ids_sort_by_time_and_resolve_by_prefix() {
+    fn new_ids_are_random_first_uuids() {
+        let ids: Vec<String> = (0..2000).map(|_| new_id()).collect();
+        let parsed = uuid::Uuid::parse_str(&ids[0]).unwrap();
+        assert_eq!(parsed.get_version_num(), 4);
+        assert!(ids.iter().all(|id| id.len() == 32));
+        // Made in one burst, they do not share a timestamp: their first digits spread out.
+        let firsts: std::collections::BTreeSet<char> =
+            ids.iter().filter_map(|id| id.chars().next()).collect();
+        assert_eq!(firsts.len(), 16);
+        assert_unique_prefixes(&ids, &unique_prefixes(ids.iter().map(String::as_str)));
+    }
+
+    #[test]
+    fn unique_prefixes_grow_past_shared_prefixes() {
+        let ids: Vec<String> = [
+            "aaaaaaaa11111111111111111111111a",
+            "aaaaaaaa11111111111111111111111b",
+            "aaaaaaab22222222222222222222222c",
+            "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+        ]
+        .map(String::from)
+        .to_vec();
+        let printed = unique_prefixes(ids.iter().map(String::as_str));
+        assert_eq!(printed[&ids[0]], ids[0], "only the last digit differs");
+        assert_eq!(printed[&ids[2]], "aaaaaaab");
+        assert_eq!(printed[&ids[3]], "bbbbbbbb");
+        assert_unique_prefixes(&ids, &printed);
+        assert_eq!(
+            unique_prefixes(["abc"])["abc"],
+            "abc",
+            "a short name is printed whole"
+        );
+    }
+
+    #[test]
+    fn fifty_uuidv7s_from_one_millisecond_get_prefixes_that_resolve() {
+        // Ids older state directories hold: the same 12-digit timestamp on all of them.
+        let ids: Vec<String> = (0..50)
+            .map(|_| {
+                let tail: [u8; 10] = uuid::Uuid::new_v4().into_bytes()[..10].try_into().unwrap();
+                uuid::Builder::from_unix_timestamp_millis(1_700_000_000_000, &tail)
+                    .into_uuid()
+                    .simple()
+                    .to_string()
+            })
+            .collect();
+        let printed = unique_prefixes(ids.iter().map(String::as_str));
+        assert_unique_prefixes(&ids, &printed);
+        assert!(
+            printed.values().all(|p| p.len() > 12),
+            "the timestamp is shared"
+        );
         let dir = tempfile::tempdir().unwrap();
-        let a = new_id();
-        let b = new_id();
-        assert!(a < b);
-        for id in [&a, &b] {
+        for id in &ids {
             std::fs::create_dir(dir.path().join(id)).unwrap();
         }
-        assert_eq!(resolve_id(dir.path(), &a, "session").unwrap(), a);
-        // UUIDv7s made in the same millisecond share a long prefix.
-        let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
-        if common >= 4 {
-            let err = resolve_id(dir.path(), &a[..common], "session").unwrap_err();
-            assert!(matches!(err, HomeError::Ambiguous { .. }), "{err}");
+        let listed = Prefixes::of_dir(dir.path(), "");
+        for id in &ids {
+            assert_eq!(
+                resolve_id(dir.path(), listed.get(id), "session").unwrap(),
+                *id
+            );
         }
+        let err = resolve_id(dir.path(), &ids[0][..12], "session").unwrap_err();
+        let HomeError::Ambiguous { candidates, .. } = err else {
+            panic!("{err}")
+        };
+        assert_eq!(candidates.len(), 50);
+        for c in candidates {
+            assert_eq!(
+                resolve_id(dir.path(), &c, "session")
+                    .unwrap()
+                    .get(..c.len()),
+                Some(&*c)
+            );
+        }
+    }
+
+    #[test]
+    fn ids_resolve_by_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = "0123456789abcdef0123456789abcdef";
+        let b = "0123ffffffffffffffffffffffffffff";
+        for id in [a, b] {
+            std::fs::create_dir(dir.path().join(id)).unwrap();
+        }
+        assert_eq!(resolve_id(dir.path(), a, "session").unwrap(), a);
+        assert_eq!(resolve_id(dir.path(), "0123FF", "session").unwrap(), b);
+        let err = resolve_id(dir.path(), "0123", "session").unwrap_err();
+        assert!(matches!(err, HomeError::Ambiguous { .. }), "{err}");
         assert!(resolve_id(dir.path(), "ffffffff", "session").is_err());
         assert!(resolve_id(dir.path(), "../x", "session").is_err());
         assert!(resolve_id(dir.path(), "ab", "session").is_err());

@@ -33,6 +33,7 @@ pub mod transcript;
 pub mod units;
 pub mod urlcheck;
 pub mod verify;
+pub mod warnings;
 pub mod worker_uid;
 pub mod workers;
 pub mod workspace;

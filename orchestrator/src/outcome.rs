@@ -104,6 +104,10 @@ pub struct Summary {
     /// Model use summed over the documents; absent when none had model access.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelUsage>,
+    /// Warnings the documents' report workers claim, summed.
+    pub warnings: u64,
+    /// Documents with at least one high warning: the ones to read first.
+    pub high_warning_documents: usize,
 }
 
 impl Record {
@@ -129,6 +133,10 @@ impl Record {
             s.rejected_entries += d.rejected;
             s.bytes_staged += d.bytes;
             s.model = ModelUsage::sum(s.model, d.model);
+            if let Some(w) = &d.warnings {
+                s.warnings = s.warnings.saturating_add(w.total);
+                s.high_warning_documents += usize::from(w.inputs_high > 0);
+            }
         }
         s
     }
@@ -175,6 +183,7 @@ mod tests {
             logs: "logs.txt".into(),
             host_failure: false,
             model: None,
+            warnings: None,
         };
         assert_eq!(outcome.doc_status(), DocStatus::Partial);
         assert_eq!(outcome.process_exit_code(), 3);
@@ -195,5 +204,32 @@ mod tests {
         assert_eq!(r.exit_code(), 1);
         r.state = BatchState::Cancelled;
         assert_eq!(r.exit_code(), 130);
+    }
+
+    #[test]
+    fn a_batch_summary_counts_warnings_and_the_documents_with_a_high_one() {
+        use crate::warnings::{Severity, WarningSummary};
+        let warned = |total, highest: Option<Severity>| crate::batch::Document {
+            warnings: Some(WarningSummary {
+                total,
+                inputs_high: u64::from(highest == Some(Severity::High)),
+                highest,
+                ..WarningSummary::default()
+            }),
+            ..crate::batch::tests::doc(DocStatus::Staged, false)
+        };
+        let settings = crate::batch::Settings {
+            spec: crate::spec::RunSpec::new(crate::policy::TrustLevel::Untrusted),
+            jobs: 1,
+            stage_as_one: false,
+        };
+        let docs = vec![
+            warned(3, Some(Severity::High)),
+            warned(2, Some(Severity::Low)),
+            warned(u64::MAX, Some(Severity::High)),
+            crate::batch::tests::doc(DocStatus::Failed, false),
+        ];
+        let s = crate::batch::new_record(settings, docs).summary();
+        assert_eq!((s.warnings, s.high_warning_documents), (u64::MAX, 2));
     }
 }

@@ -13,6 +13,7 @@ use crate::home::write_atomic;
 use crate::intake::InputRecord;
 use crate::owner::{Liveness, Owner};
 use crate::policy::TrustLevel;
+use crate::warnings::WarningSummary;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.json";
@@ -69,6 +70,10 @@ pub struct Manifest {
     /// the plan, with their digest: what the worker really ran with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<crate::verify::Verified>,
+    /// The warnings the report worker claims in its `index.json` (see [`crate::warnings`]);
+    /// absent for other workers and for an index that does not parse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnings: Option<WarningSummary>,
 }
 
 /// What a staged commit says about its session's model use: the usage, the transcript's hash
@@ -140,6 +145,8 @@ pub struct Summary {
     pub trust_level: TrustLevel,
     /// The first input's source.
     pub source: String,
+    /// The worker's claimed warnings (null when it gave no report index).
+    pub warnings: Option<WarningSummary>,
 }
 
 /// Why the stage could not be read or written.
@@ -277,6 +284,7 @@ impl Stage {
                     .first()
                     .map(|i| i.source.clone())
                     .unwrap_or_default(),
+                warnings: m.warnings,
                 session: m.session,
                 id: m.id,
             });
@@ -679,7 +687,29 @@ mod tests {
             repo_head: None,
             model: None,
             container: None,
+            warnings: None,
         }
+    }
+
+    #[test]
+    fn manifests_without_warnings_load_and_listings_carry_them() {
+        let m = manifest("cccc");
+        let json = serde_json::to_value(&m).unwrap();
+        assert!(json.get("warnings").is_none(), "written only when known");
+        assert_eq!(serde_json::from_value::<Manifest>(json).unwrap(), m);
+        let dir = tempfile::tempdir().unwrap();
+        let stage = Stage::new(dir.path());
+        let b = stage.begin("dddd").unwrap();
+        std::fs::write(b.files_dir().join("a.txt"), "x").unwrap();
+        let warnings = crate::warnings::parse(
+            br#"{"inputs":[{"path":"a","warnings":2,"highest_severity":"medium"}]}"#,
+        );
+        b.commit(&Manifest {
+            warnings: warnings.clone(),
+            ..manifest("dddd")
+        })
+        .unwrap();
+        assert_eq!(stage.list().unwrap()[0].warnings, warnings);
     }
 
     #[test]

@@ -207,6 +207,7 @@ mod tests {
                 honeytoken_seen: false,
             }),
             container: None,
+            warnings: None,
         };
         (dir, stage, manifest)
     }

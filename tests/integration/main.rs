@@ -24,4 +24,5 @@ mod review;
 mod session;
 mod state_dir;
 mod terminal;
+mod warnings;
 mod workers;

@@ -35,6 +35,7 @@ pub(super) fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
         "EXIT",
         "STARTED"
     );
+    let printed = home.session_prefixes();
     for r in list {
         let exit = r
             .exit
@@ -48,7 +49,7 @@ pub(super) fn sessions(home: &Home, json: bool) -> Result<ExitCode> {
             .unwrap_or_default();
         outln!(
             "{:<12}  {:<10}  {:<9}  {:>4}  {:<20}  {}",
-            home::short(&r.id),
+            printed.get(&r.id),
             r.status.as_str(),
             r.trust_level.as_str(),
             exit,

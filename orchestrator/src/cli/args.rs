@@ -236,7 +236,7 @@ entry by entry and staged in .golem/staged/<id>/ for review. Use --image IMAGE -
 your own local image under the same policy (ARGS replace the image's command, as with docker run).
 
 --json prints one object: {session, status, exit_code, staged, timed_out, oom_killed, files,
-bytes, rejected, error, logs, model}. status is staged, failed, timeout, oom, rejected or
+bytes, rejected, error, logs, model, warnings}. status is staged, failed, timeout, oom, rejected or
 cancelled; model ({requests, input_tokens, output_tokens, refused}) only for AI workers.
 
 AI workers (--worker agent): the container still has no network. It reaches a model only

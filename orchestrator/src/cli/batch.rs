@@ -38,7 +38,7 @@ pub(super) async fn batch_cmd(
     let pending = record.documents.iter().filter(|d| d.needs_run()).count();
     infoln!(
         "batch {}: {} document(s) to run, {} at a time",
-        home::short(&record.id),
+        present::batch_id(&home, &record.id),
         pending,
         record.settings.jobs
     );
@@ -54,7 +54,7 @@ pub(super) async fn batch_cmd(
     )
     .await?;
     progress.done();
-    report(&record, args.json.json)
+    report(&home, &record, args.json.json)
 }
 
 /// A new batch's record: its documents listed and pinned, and what each runs.
@@ -83,14 +83,14 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
 }
 
 /// Prints the batch's outcome and picks its exit code.
-fn report(record: &Record, json: bool) -> Result<ExitCode> {
+fn report(home: &home::Home, record: &Record, json: bool) -> Result<ExitCode> {
     let summary = record.summary();
     if json {
         print_json(
             &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents }),
         )?;
     } else {
-        present::batch_summary(record);
+        present::batch_summary(home, record);
     }
     Ok(ExitCode::from(record.exit_code()))
 }
@@ -119,8 +119,14 @@ impl golem_orch::batch::Progress for BatchProgress {
     }
 
     fn finished(&self, doc: &golem_orch::batch::Document, done: usize, total: usize) {
+        let warnings = match &doc.warnings {
+            Some(w) if doc.staged.is_some() => {
+                format!("  {}", golem_orch::warnings::phrase(Some(w)))
+            }
+            _ => String::new(),
+        };
         let text = format!(
-            "[{done}/{total}] {:<9} {}{}",
+            "[{done}/{total}] {:<9} {}{warnings}{}",
             doc.status.as_str(),
             line(&doc.source),
             doc.error
@@ -129,7 +135,8 @@ impl golem_orch::batch::Progress for BatchProgress {
                 .unwrap_or_default()
         );
         self.bar.set_position(done);
-        if !self.bar.is_bar() || doc.status != golem_orch::batch::DocStatus::Staged {
+        let high = doc.warnings.as_ref().is_some_and(|w| w.inputs_high > 0);
+        if !self.bar.is_bar() || doc.status != golem_orch::batch::DocStatus::Staged || high {
             self.bar.println(&text);
         }
     }

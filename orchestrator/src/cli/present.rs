@@ -3,9 +3,10 @@
 //! and passes every value that came from outside through `render::line`.
 
 use golem_orch::batch::{self, Record};
-use golem_orch::home;
+use golem_orch::home::{self, Home};
 use golem_orch::render::{self, line};
 use golem_orch::session::Outcome;
+use golem_orch::warnings::{self, WarningSummary};
 
 use super::{errln, outln};
 
@@ -15,8 +16,10 @@ pub(super) fn color_wanted() -> bool {
 }
 
 /// A session's outcome for a person: status, exit code, what was staged, where the logs are.
-pub(super) fn run_outcome(outcome: &Outcome) {
-    let short = home::short(&outcome.session);
+pub(super) fn run_outcome(home: &Home, outcome: &Outcome) {
+    let sessions = home.session_prefixes();
+    let staged_ids = home.staged_prefixes();
+    let short = sessions.get(&outcome.session);
     outln!("session {short}: {}", outcome.status.as_str());
     if let Some(code) = outcome.exit_code {
         outln!("  worker exit code {code}");
@@ -24,15 +27,18 @@ pub(super) fn run_outcome(outcome: &Outcome) {
     if let Some(staged) = &outcome.staged {
         outln!(
             "  staged {}: {} file(s), {}, {} rejected  (golem-orch show {})",
-            home::short(staged),
+            staged_ids.get(staged),
             outcome.files,
             human_bytes(outcome.bytes),
             outcome.rejected,
-            home::short(staged)
+            staged_ids.get(staged)
         );
     }
     if let Some(m) = &outcome.model {
         outln!("  model: {}", model_usage(m));
+    }
+    if outcome.staged.is_some() {
+        outln!("  warnings: {}", run_warnings(outcome.warnings.as_ref()));
     }
     // Next-step hints, not the result: left out under -q.
     if render::is_quiet() {
@@ -41,10 +47,50 @@ pub(super) fn run_outcome(outcome: &Outcome) {
     if let (Some(staged), Some(_)) = (&outcome.staged, &outcome.model) {
         outln!(
             "  transcript: golem-orch transcript {}",
-            home::short(staged)
+            staged_ids.get(staged)
         );
     }
     outln!("  logs: golem-orch logs {short}");
+}
+
+/// `run`'s warnings line: total, inputs by worst severity and the first high inputs.
+fn run_warnings(w: Option<&WarningSummary>) -> String {
+    let Some(w) = w else {
+        return warnings::phrase(None);
+    };
+    let mut text = format!(
+        "{}; {}",
+        warnings::phrase(Some(w)),
+        warnings::by_severity(w)
+    );
+    const SHOWN: usize = 3;
+    if !w.high.is_empty() {
+        let names: Vec<String> = w
+            .high
+            .iter()
+            .take(SHOWN)
+            .map(|h| format!("{} {}", line(&h.path), kinds(h)))
+            .collect();
+        text.push_str(&format!("; high: {}", names.join(", ")));
+        let more = (w.high.len() - w.high.len().min(SHOWN)) as u64 + w.high_omitted;
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+    }
+    text
+}
+
+/// An input's warning kinds, `[hidden_text, script]`, each through the gate.
+pub(super) fn kinds(h: &golem_orch::warnings::HighInput) -> String {
+    let kinds: Vec<String> = h.kinds.iter().map(|k| line(k)).collect();
+    format!("[{}]", kinds.join(", "))
+}
+
+/// How a batch id is printed: its unique prefix among the batch records ([`home::Prefixes`]).
+pub(super) fn batch_id(home: &Home, id: &str) -> String {
+    home::Prefixes::of_dir_and(&batch::dir(home), ".json", id)
+        .get(id)
+        .to_string()
 }
 
 /// A session's (or a batch's) model use on one line.
@@ -70,13 +116,11 @@ pub(super) fn session_error(outcome: &Outcome) {
 
 /// A finished (or cancelled) batch: counts, the documents that did not simply succeed, and
 /// how to go on.
-pub(super) fn batch_summary(record: &Record) {
+pub(super) fn batch_summary(home: &Home, record: &Record) {
     let summary = record.summary();
-    outln!(
-        "batch {}: {}",
-        home::short(&record.id),
-        record.state.as_str()
-    );
+    let batch_id = batch_id(home, &record.id);
+    let staged_ids = home.staged_prefixes();
+    outln!("batch {batch_id}: {}", record.state.as_str());
     outln!("  {:<10} {:>6}", "succeeded", summary.succeeded);
     outln!("  {:<10} {:>6}", "partial", summary.partial);
     outln!("  {:<10} {:>6}", "failed", summary.failed);
@@ -105,19 +149,45 @@ pub(super) fn batch_summary(record: &Record) {
             line(d.error.as_deref().unwrap_or(""))
         );
     }
+    high_warnings(record, &staged_ids, summary.high_warning_documents);
     if let Some(staged) = &record.staged {
-        outln!("  staged as one: golem-orch show {}", home::short(staged));
+        outln!(
+            "  staged as one: golem-orch show {}",
+            staged_ids.get(staged)
+        );
     }
     if record.state == batch::BatchState::Cancelled {
-        outln!(
-            "  resume with: golem-orch batch --resume {}",
-            home::short(&record.id)
-        );
+        outln!("  resume with: golem-orch batch --resume {batch_id}");
     } else if summary.retryable > 0 {
         outln!(
-            "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {}",
-            summary.retryable,
-            home::short(&record.id)
+            "  {} failed outside the document (engine or host); run them again with: golem-orch batch --resume {batch_id}",
+            summary.retryable
+        );
+    }
+}
+
+/// The batch's documents with a high warning, one line each with the id to `show` (the
+/// combined commit's with `--stage-as-one`).
+fn high_warnings(record: &Record, printed: &home::Prefixes, count: usize) {
+    if count == 0 {
+        return;
+    }
+    let noun = if count == 1 { "document" } else { "documents" };
+    outln!("  high warnings: {count} {noun}");
+    for d in &record.documents {
+        let Some(w) = d.warnings.as_ref().filter(|w| w.inputs_high > 0) else {
+            continue;
+        };
+        let show = record
+            .staged
+            .as_deref()
+            .or(d.staged.as_deref())
+            .map(|id| format!("  golem-orch show {}", printed.get(id)))
+            .unwrap_or_default();
+        outln!(
+            "    {}  {}{show}",
+            line(&d.source),
+            warnings::phrase(Some(w))
         );
     }
 }

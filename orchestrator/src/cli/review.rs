@@ -11,6 +11,7 @@ use golem_orch::home::{self, Home};
 use golem_orch::render::{self, line};
 use golem_orch::stage::Stage;
 use golem_orch::transcript;
+use golem_orch::warnings;
 
 use super::args::TargetArgs;
 use super::{err, errln, outln, present, print_json};
@@ -27,14 +28,16 @@ pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let now = chrono::Utc::now();
+    let printed = home.staged_prefixes();
     outln!(
-        "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  SOURCE",
+        "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:>12}  {:<9}  SOURCE",
         "ID",
         "STATUS",
         "AGE",
         "FILES",
         "BYTES",
         "REJECTED",
+        "WARN",
         "TRUST"
     );
     for s in list {
@@ -42,13 +45,14 @@ pub(super) fn staged(home: &Home, json: bool) -> Result<ExitCode> {
             .map(|t| present::human_age(now.signed_duration_since(t.with_timezone(&chrono::Utc))))
             .unwrap_or_else(|_| "?".into());
         outln!(
-            "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:<9}  {}",
-            home::short(&s.id),
+            "{:<12}  {:<9}  {:>6}  {:>5}  {:>9}  {:>8}  {:>12}  {:<9}  {}",
+            printed.get(&s.id),
             s.status,
             age,
             s.files,
             present::human_bytes(s.bytes),
             s.rejected,
+            warnings::cell(s.warnings.as_ref()),
             s.trust_level.as_str(),
             line(&s.source)
         );
@@ -125,11 +129,32 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         outln!(
             "  ... and {} more (see golem-orch audit --session {})",
             m.rejected_omitted,
-            home::short(&m.session)
+            home.session_prefixes().get(&m.session)
         );
     }
-    show_model(&stage, &id, &m);
+    show_model(&stage, &id, home.staged_prefixes().get(&id), &m);
+    show_warnings(&m);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `show`'s warnings: what the report worker claims, and the inputs to read first.
+fn show_warnings(m: &golem_orch::stage::Manifest) {
+    let Some(w) = &m.warnings else {
+        outln!("\nwarnings: unknown (no report index in the output)");
+        return;
+    };
+    let highest = w.highest.map_or("none", |h| h.as_str());
+    outln!(
+        "\nwarnings ({}, highest {highest}; {}; the report worker's own claim)",
+        w.total,
+        warnings::by_severity(w)
+    );
+    for h in &w.high {
+        outln!("  HIGH  {}  {}", line(&h.path), present::kinds(h));
+    }
+    if w.high_omitted > 0 {
+        outln!("  ... and {} more with a high warning", w.high_omitted);
+    }
 }
 
 /// Where a pushed staged commit went: `{commit, branch, at, repo, remote}`. The status record
@@ -172,7 +197,7 @@ fn show_inputs(m: &golem_orch::stage::Manifest) {
 }
 
 /// `show`'s model part: the transcript's size and use, and a high warning for the honeytoken.
-fn show_model(stage: &Stage, id: &str, m: &golem_orch::stage::Manifest) {
+fn show_model(stage: &Stage, id: &str, printed: &str, m: &golem_orch::stage::Manifest) {
     let Some(record) = &m.model else { return };
     let exchanges = match transcript::load(stage, id, m) {
         Ok(ex) => format!("{} exchange(s)", ex.len()),
@@ -181,7 +206,7 @@ fn show_model(stage: &Stage, id: &str, m: &golem_orch::stage::Manifest) {
     outln!(
         "\ntranscript ({exchanges}; {})  golem-orch transcript {}",
         present::model_usage(&record.usage),
-        home::short(id)
+        printed
     );
     if record.honeytoken_seen {
         outln!("  HIGH: the container's fake key (honeytoken) was seen: the worker tried to send its environment out. Read the transcript before pushing anything.");
@@ -316,7 +341,7 @@ pub(super) fn push_cmd(
         };
         outln!(
             "pushed {} as {} on {}{recovered}",
-            home::short(&id),
+            home.staged_prefixes().get(&id),
             line(pushed.commit.get(..12).unwrap_or(&pushed.commit)),
             line(&pushed.branch)
         );
@@ -335,7 +360,7 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
         let m = stage.manifest(&id)?;
         let question = format!(
             "discard {} ({} file(s), {})? [y/N]: ",
-            home::short(&id),
+            home.staged_prefixes().get(&id),
             m.files.len(),
             present::human_bytes(m.bytes)
         );
@@ -352,7 +377,7 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
     if json {
         print_json(&json!({ "staged": id, "status": "discarded" }))?;
     } else {
-        outln!("discarded {}", home::short(&id));
+        outln!("discarded {}", home.staged_prefixes().get(&id));
     }
     Ok(ExitCode::SUCCESS)
 }

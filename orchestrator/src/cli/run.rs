@@ -44,7 +44,7 @@ pub(super) async fn run(
     if args.json.json {
         print_json(&outcome)?;
     } else {
-        present::run_outcome(&outcome);
+        present::run_outcome(&home, &outcome);
     }
     present::session_error(&outcome);
     Ok(ExitCode::from(outcome.process_exit_code()))

@@ -28,6 +28,7 @@ use crate::owner::Owner;
 use crate::plan::{self, ContainerPlan, PlanError};
 use crate::policy::{Access, Policy};
 use crate::stage::{self, Manifest, Stage, StageError};
+use crate::warnings::WarningSummary;
 use crate::worker_uid::{self, SessionUser, UidError};
 use crate::workspace;
 
@@ -105,6 +106,9 @@ pub struct Outcome {
     /// The session's use of the model gateway; absent when the worker had no model access.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<crate::gateway::ModelUsage>,
+    /// The warnings its report worker claims in what was staged; null when nothing was staged
+    /// or the worker gave no report index.
+    pub warnings: Option<WarningSummary>,
 }
 
 /// Failures that end a session before its container could do its work.
@@ -338,6 +342,8 @@ struct Session<'a> {
     verified: Option<crate::verify::Verified>,
     /// Protections the engine could not apply as planned ([`Engine::adapt`]).
     replaced: Vec<crate::engine::Replaced>,
+    /// The warnings its report worker claimed, once staged.
+    warnings: Option<WarningSummary>,
 }
 
 impl<'a> Session<'a> {
@@ -386,6 +392,7 @@ impl<'a> Session<'a> {
             model: None,
             verified: None,
             replaced: Vec::new(),
+            warnings: None,
         })
     }
 
@@ -723,6 +730,9 @@ impl<'a> Session<'a> {
         }
         let mut manifest = self.manifest(&extraction, repo_head);
         manifest.model = self.stage_model(&building, &extraction.files)?;
+        // The worker's claim, read as hostile data; no index (or a bad one) is no summary.
+        manifest.warnings = crate::warnings::read(&building.files_dir(), &extraction.files);
+        self.warnings = manifest.warnings.clone();
         failpoint("staging").await;
         building.commit(&manifest)?;
         let stage = Stage::new(self.home.staged_dir());
@@ -757,6 +767,7 @@ impl<'a> Session<'a> {
             repo_head,
             model: None,
             container: self.verified.clone(),
+            warnings: None,
         }
     }
 
@@ -857,6 +868,7 @@ impl<'a> Session<'a> {
             logs: self.dir.join(LOGS),
             host_failure: record.host_failure,
             model: record.model,
+            warnings: self.warnings.clone(),
         }
     }
 }

@@ -169,7 +169,8 @@ pub fn list(home: &Home) -> Result<Vec<Record>, SessionError> {
         .filter_map(|e| e.file_name().into_string().ok())
         .filter_map(|id| load(home, &id).ok())
         .collect();
-    out.sort_by(|a, b| b.id.cmp(&a.id));
+    // Newest first by when they started: ids are random (see `home::new_id`).
+    out.sort_by(|a, b| (&b.created_at, &b.id).cmp(&(&a.created_at, &a.id)));
     Ok(out)
 }
 
