@@ -150,16 +150,30 @@ pub(super) async fn doctor(
     let mut checks: Vec<(bool, String, String)> = Vec::new();
     let mut add =
         |ok: bool, name: &str, detail: String| checks.push((ok, name.to_string(), detail));
+    let mut engine_info = None;
     match engine::connect().await {
         Ok((engine, info)) => {
             add(
                 true,
                 "engine",
                 format!(
-                    "Docker {} (API {}) on {}",
-                    info.version, info.api_version, info.platform
+                    "{} {} (API {}) on {}",
+                    engine_name(&info),
+                    info.version,
+                    info.api_version,
+                    info.platform
                 ),
             );
+            add(
+                true,
+                "runtimes",
+                format!(
+                    "{} (default {})",
+                    info.runtimes.join(", "),
+                    info.default_runtime
+                ),
+            );
+            engine_info = Some(info);
             match image::current(&engine).await {
                 Ok(Some(id)) => add(
                     true,
@@ -182,7 +196,13 @@ pub(super) async fn doctor(
     let project = Place::here(policy_dir).project_file;
     for level in TrustLevel::ALL {
         match policy::load(level, policy_dir, project.as_deref()) {
-            Ok(p) => add(true, &format!("policy {level}"), p.sources.join(" + ")),
+            Ok(p) => {
+                add(true, &format!("policy {level}"), p.sources.join(" + "));
+                if let Some(info) = &engine_info {
+                    let (ok, detail) = runtime_check(&p.policy, info);
+                    add(ok, &format!("runtime {level}"), detail);
+                }
+            }
             Err(e) => add(false, &format!("policy {level}"), e.to_string()),
         }
     }
@@ -202,7 +222,11 @@ pub(super) async fn doctor(
             .iter()
             .map(|(ok, name, detail)| json!({ "check": name, "ok": ok, "detail": detail }))
             .collect();
-        print_json(&json!({ "ok": healthy, "checks": list }))?;
+        let engine = engine_info.as_ref().map(|i| {
+            json!({ "name": engine_name(i), "version": i.version, "api_version": i.api_version,
+                "platform": i.platform, "runtimes": i.runtimes, "default_runtime": i.default_runtime })
+        });
+        print_json(&json!({ "ok": healthy, "engine": engine, "checks": list }))?;
     } else {
         for (ok, name, detail) in &checks {
             outln!(
@@ -218,6 +242,39 @@ pub(super) async fn doctor(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Which engine answers, in a person's words: Podman says so in its version components, a
+/// Docker Engine names its component `Engine`.
+fn engine_name(info: &engine::EngineInfo) -> &'static str {
+    if info.name == engine::docker::PODMAN {
+        "Podman"
+    } else {
+        "Docker"
+    }
+}
+
+/// Whether a level's runtime is there: its own runtime and every runtime `--runtime` may choose.
+fn runtime_check(p: &policy::Policy, info: &engine::EngineInfo) -> (bool, String) {
+    let own = p.own_runtime();
+    let missing: Vec<String> = p
+        .allowed_runtimes()
+        .into_iter()
+        .filter(|r| !info.runtimes.contains(r))
+        .collect();
+    let own_missing = p.runtime.is_some() && !info.runtimes.iter().any(|r| r == own);
+    let detail = match (own_missing, missing.is_empty()) {
+        (false, true) => format!("{own}; may choose {}", p.allowed_runtimes().join(", ")),
+        (false, false) => format!(
+            "{own}; not registered, so not choosable: {}",
+            missing.join(", ")
+        ),
+        (true, _) if p.runtime_required => {
+            format!("{own} is required but not registered: sessions are refused")
+        }
+        (true, _) => format!("{own} is not registered: sessions fall back to the engine's default"),
+    };
+    (!(own_missing && p.runtime_required), detail)
 }
 
 /// `golem-orch gc`: removes what dead orchestrators left behind.
