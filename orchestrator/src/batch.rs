@@ -650,7 +650,13 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     for (_, staged) in &parts {
         // The per-document commits live on only as part of the combined one.
         if stage
-            .transition(staged, &Status::Discarded { at: audit::now() })
+            .transition(
+                staged,
+                &Status::Discarded {
+                    at: audit::now(),
+                    pushes: vec![],
+                },
+            )
             .is_ok()
         {
             audit.record(

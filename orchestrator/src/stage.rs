@@ -14,6 +14,9 @@ use crate::intake::InputRecord;
 use crate::owner::{Liveness, Owner};
 use crate::policy::TrustLevel;
 
+mod status;
+pub use status::{PushRecord, Status};
+
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.json";
 /// The directory holding the staged files.
@@ -82,39 +85,6 @@ pub struct ModelRecord {
     pub honeytoken_seen: bool,
 }
 
-/// What a person decided about a staged commit; moves forward only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum Status {
-    /// Waiting for review.
-    Pending,
-    /// Committed into a repository.
-    Pushed {
-        /// The commit id.
-        commit: String,
-        /// The branch it was committed on.
-        branch: String,
-        /// When.
-        at: String,
-    },
-    /// Thrown away.
-    Discarded {
-        /// When.
-        at: String,
-    },
-}
-
-impl Status {
-    /// The one-word form for listings.
-    pub fn word(&self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Pushed { .. } => "pushed",
-            Status::Discarded { .. } => "discarded",
-        }
-    }
-}
-
 /// One line of `golem-orch staged`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -130,8 +100,10 @@ pub struct Summary {
     pub rejected: u64,
     /// When staged.
     pub created_at: String,
-    /// pending, pushed or discarded.
+    /// pending, partial, pushed, discarded or merged.
     pub status: String,
+    /// How many files are already pushed (a partial staged commit has some, not all).
+    pub pushed_files: usize,
     /// Trust level.
     pub trust_level: TrustLevel,
     /// The first input's source.
@@ -178,7 +150,7 @@ pub enum StageError {
     },
     /// A status change that would move backwards or sideways.
     #[error(
-        "staged commit {id} is already {status}; only a pending staged commit can be {wanted}"
+        "staged commit {id} is already {status}; only a pending or partly pushed staged commit can be {wanted}"
     )]
     NotPending {
         /// Staged commit id.
@@ -267,6 +239,7 @@ impl Stage {
                 rejected: m.rejected.len() as u64 + m.rejected_omitted,
                 created_at: m.created_at.clone(),
                 status: status.word().to_string(),
+                pushed_files: status.pushed_files().len(),
                 trust_level: m.trust_level,
                 source: m
                     .inputs
@@ -277,9 +250,10 @@ impl Stage {
                 id: m.id,
             });
         }
+        let waiting = |s: &Summary| s.status == "pending" || s.status == "partial";
         out.sort_by(|a, b| {
-            (a.status != "pending")
-                .cmp(&(b.status != "pending"))
+            (!waiting(a))
+                .cmp(&!waiting(b))
                 .then_with(|| b.created_at.cmp(&a.created_at))
         });
         Ok(out)
@@ -440,7 +414,8 @@ impl Stage {
         Ok(data)
     }
 
-    /// Moves a pending staged commit to `next` under the stage lock; any other current status is refused.
+    /// Moves a staged commit to `next` under the stage lock, only forward
+    /// ([`Status::may_become`]); any other move is refused.
     pub fn transition(&self, id: &str, next: &Status) -> Result<(), StageError> {
         let mut lock = self.lock()?;
         self.transition_locked(&mut lock, id, next)
@@ -455,7 +430,7 @@ impl Stage {
         next: &Status,
     ) -> Result<(), StageError> {
         let current = self.status(id)?;
-        if current != Status::Pending {
+        if !current.may_become(next) {
             return Err(StageError::NotPending {
                 id: id.to_string(),
                 status: current.word().to_string(),
@@ -463,6 +438,27 @@ impl Stage {
             });
         }
         write_status(self, id, next)
+    }
+
+    /// Records one push of `id` (whose files are `all`) under the held stage lock: partial
+    /// while files are left, pushed when none are. Returns the new status.
+    pub fn record_push_locked(
+        &self,
+        held: &mut crate::home::FileLock,
+        id: &str,
+        record: PushRecord,
+        all: &[String],
+    ) -> Result<Status, StageError> {
+        let current = self.status(id)?;
+        let next = current
+            .after_push(record, all)
+            .ok_or_else(|| StageError::NotPending {
+                id: id.to_string(),
+                status: current.word().to_string(),
+                wanted: "pushed".into(),
+            })?;
+        self.transition_locked(held, id, &next)?;
+        Ok(next)
     }
 
     /// The stage-wide lock that serialises status changes and pushes.
@@ -718,7 +714,13 @@ mod tests {
             .unwrap();
         assert_eq!(stage.status("eeee").unwrap(), Status::Pending);
         stage
-            .transition("eeee", &Status::Discarded { at: "now".into() })
+            .transition(
+                "eeee",
+                &Status::Discarded {
+                    at: "now".into(),
+                    pushes: vec![],
+                },
+            )
             .unwrap();
         assert_eq!(stage.status("eeee").unwrap().word(), "discarded");
         let again = stage.transition(
@@ -727,6 +729,7 @@ mod tests {
                 commit: "c".into(),
                 branch: "b".into(),
                 at: "now".into(),
+                pushes: vec![],
             },
         );
         assert!(
