@@ -271,10 +271,11 @@ fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
     write_atomic(&path, &json).map_err(|e| record_err(&path, e))
 }
 
-/// Expands inputs into documents: files as given, directories recursively (links skipped, as
-/// intake would refuse them), URLs as given. Local files are listed by fd, no-follow, and
-/// pinned by identity; every path component is checked. Folder names are unique in the batch.
-pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
+/// Expands inputs into documents: files as given, directories recursively (links skipped,
+/// never followed; refused under `strict`), URLs as given. Local files are listed by fd,
+/// no-follow, and pinned by identity; every path component is checked. Folder names are unique
+/// in the batch.
+pub fn documents(inputs: &[String], strict: bool) -> Result<Vec<Document>, BatchError> {
     let mut out: Vec<Document> = Vec::new();
     let mut folders: Vec<String> = Vec::new();
     let mut push = |source: String, name: String, pinned: Option<Pinned>| {
@@ -325,7 +326,7 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
                 push(u.to_string(), name, None);
             }
             Source::Dir(root) => {
-                for (rel, id) in intake::list_files(&root)? {
+                for (rel, id) in intake::list_files(&root, strict)? {
                     let shown = rel.iter().fold(root.clone(), |p, c| p.join(c));
                     let pinned = Pinned {
                         root: root.clone(),
@@ -735,6 +736,7 @@ fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest
         command: first.command.clone(),
         exit_code: None,
         inputs: combined.inputs,
+        skipped: Vec::new(),
         files: combined.files,
         rejected: combined.rejected,
         rejected_omitted: combined.omitted,
@@ -756,15 +758,21 @@ pub(crate) mod tests {
         std::fs::write(dir.path().join("a/b/x.txt"), "2").unwrap();
         std::fs::write(dir.path().join("x.txt"), "3").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("a/link")).unwrap();
-        let docs = documents(&[
+        let inputs = [
             dir.path().join("a").display().to_string(),
             dir.path().join("x.txt").display().to_string(),
-        ])
-        .unwrap();
+        ];
+        let docs = documents(&inputs, false).unwrap();
         let folders: Vec<&str> = docs.iter().map(|d| d.folder.as_str()).collect();
         assert_eq!(folders, ["b_x.txt", "x.txt", "x.txt-2"]);
         assert!(docs.iter().all(|d| d.status == DocStatus::Pending));
-        assert!(matches!(documents(&[]), Err(BatchError::Empty)));
+        assert!(matches!(documents(&[], false), Err(BatchError::Empty)));
+        // --strict: the link is an error that names it.
+        let err = documents(&inputs, true).unwrap_err().to_string();
+        assert!(
+            err.contains("a/link") && err.contains("symbolic link"),
+            "{err}"
+        );
     }
 
     #[test]

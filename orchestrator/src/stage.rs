@@ -52,6 +52,10 @@ pub struct Manifest {
     pub exit_code: Option<i64>,
     /// What went in.
     pub inputs: Vec<InputRecord>,
+    /// Links inside input folders that were left out, never followed (the worker never saw
+    /// them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<crate::intake::Skipped>,
     /// What came out and was accepted.
     pub files: Vec<ExtractedFile>,
     /// What came out and was refused, with why.
@@ -653,6 +657,7 @@ mod tests {
             command: vec!["report".into()],
             exit_code: Some(0),
             inputs: vec![],
+            skipped: vec![],
             files: vec![ExtractedFile {
                 path: "a.txt".into(),
                 size: 1,

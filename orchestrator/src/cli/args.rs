@@ -297,7 +297,7 @@ pub(super) struct BatchArgs {
     #[arg(long)]
     pub(super) stage_as_one: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "strict", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
     pub(super) resume: Option<String>,
     /// One model budget for the whole batch: at most TOKENS input and output tokens together,
     /// summed over every document, on top of each session's own budget (AI workers only).
@@ -355,6 +355,10 @@ pub(super) struct IntakeArgs {
     /// intranet. Off by default, so a redirect cannot reach the host's or the network's services.
     #[arg(long)]
     pub(super) allow_private_urls: bool,
+    /// Fail on a symbolic link inside an input folder, naming it, instead of skipping it (a
+    /// link is never followed either way; skipped links are listed in the output and `show`).
+    #[arg(long)]
+    pub(super) strict: bool,
 }
 
 /// The trust level and what to run; shared by `run` and `batch`.
@@ -422,6 +426,7 @@ impl WorkerArgs {
             timeout: self.timeout,
             allow_private_urls: intake.allow_private_urls,
             max_input: intake.max_input,
+            strict: intake.strict,
             task,
             model: self.model.clone(),
             model_budget: self.model_budget,

@@ -68,7 +68,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
     if inputs.is_empty() {
         bail!("nothing to process: give files, directories, URLs or --from FILE (see golem-orch batch --help)");
     }
-    let documents = batch::documents(&inputs)?;
+    let documents = batch::documents(&inputs, args.intake.strict)?;
     let mut spec = args.worker.spec(&args.intake, &args.command)?;
     spec.batch_model_budget = args.batch_model_budget;
     let settings = batch::Settings {

@@ -243,6 +243,12 @@ fn show_inputs(m: &golem_orch::stage::Manifest) {
             outln!("      redirected: {}", i.hops.join(" -> "));
         }
     }
+    if !m.skipped.is_empty() {
+        outln!("\nskipped ({}, never followed)", m.skipped.len());
+        for s in &m.skipped {
+            outln!("  {}: {}", line(&s.source), line(&s.reason));
+        }
+    }
 }
 
 /// `show`'s model part: the transcript's size and use, and a high warning for the honeytoken.
