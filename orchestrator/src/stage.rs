@@ -265,6 +265,12 @@ impl Stage {
 
     /// Removes temporary directories whose building process is gone (after a crash).
     pub fn remove_orphans(&self) -> Result<Vec<String>, StageError> {
+        self.orphans(true)
+    }
+
+    /// The temporary directories whose building process is gone, removed when `remove`
+    /// (`gc --dry-run` only lists them).
+    pub fn orphans(&self, remove: bool) -> Result<Vec<String>, StageError> {
         let mut removed = Vec::new();
         for entry in std::fs::read_dir(&self.root).map_err(io(&self.root))? {
             let entry = entry.map_err(io(&self.root))?;
@@ -285,7 +291,9 @@ impl Stage {
                     .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
             };
             if dead {
-                std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+                if remove {
+                    std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+                }
                 removed.push(name);
             }
         }

@@ -97,7 +97,7 @@ pub(super) enum Command {
     /// Remove containers and volumes whose orchestrator died, and mark their sessions failed
     /// (engine-wide for your own state directories; see the scopes below).
     #[command(after_help = GC_HELP)]
-    Gc(JsonFlag),
+    Gc(GcArgs),
     /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions {
@@ -150,6 +150,7 @@ session's status changes); the audit log (gc appends to it); your git repositori
 
 Examples:
   golem-orch gc            # after a crash or a reboot: tidy up and say what was removed
+  golem-orch gc --dry-run  # what it would remove and mark failed; nothing changes
   golem-orch gc --json     # {containers, volumes, sessions_failed, ...} for scripts
 
 Exit codes: 0 everything found was removed; 1 something could not be removed (listed) or the
@@ -220,6 +221,17 @@ pub(super) enum PolicyCommand {
     },
 }
 
+/// `gc`'s flags.
+#[derive(Debug, Args, Clone, Copy)]
+pub(super) struct GcArgs {
+    /// List what would be removed (and which sessions marked failed); remove and change
+    /// nothing, create no state directory, audit nothing.
+    #[arg(long)]
+    pub(super) dry_run: bool,
+    #[command(flatten)]
+    pub(super) json: JsonFlag,
+}
+
 #[derive(Debug, Args, Clone, Copy)]
 pub(super) struct JsonFlag {
     /// Machine-readable output.
@@ -278,6 +290,7 @@ Examples:
   golem-orch batch -j 4 manuals/                      # every file in manuals/, four at a time
   golem-orch batch --from urls.txt --stage-as-one     # listed paths or URLs, one staged commit
   golem-orch batch --resume ID                        # finish a cancelled or crashed batch
+  golem-orch batch --dry-run --json docs/             # the documents and container; runs nothing
   golem-orch -q batch --json docs/ > batch.json       # no progress, just the result
 
 Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
@@ -296,8 +309,12 @@ pub(super) struct BatchArgs {
     /// One staged commit for the whole batch, with a folder per document.
     #[arg(long)]
     pub(super) stage_as_one: bool,
+    /// Print what would run (the documents, their folders, the policy and one document's
+    /// container) and start nothing: no batch record, session, container or audit line.
+    #[arg(long)]
+    pub(super) dry_run: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "strict", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["dry_run", "inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "strict", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
     pub(super) resume: Option<String>,
     /// One model budget for the whole batch: at most TOKENS input and output tokens together,
     /// summed over every document, on top of each session's own budget (AI workers only).

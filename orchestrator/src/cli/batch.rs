@@ -22,6 +22,14 @@ pub(super) async fn batch_cmd(
     policy_dir: Option<&Path>,
     args: BatchArgs,
 ) -> Result<ExitCode> {
+    if args.dry_run {
+        return super::run::batch_dry_run(
+            home_arg,
+            policy_dir,
+            &new_record(&args)?,
+            args.json.json,
+        );
+    }
     let home = open_home(home_arg)?;
     let record = match &args.resume {
         Some(id) => batch::load(&home, id)?,

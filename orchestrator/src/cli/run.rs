@@ -138,3 +138,51 @@ fn dry_run(home_arg: Option<&Path>, opts: &session::RunOptions, json: bool) -> R
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `golem-orch batch --dry-run`: the documents a new batch would run (each with its folder in a
+/// `--stage-as-one` commit), its settings, the effective policy and the container one document
+/// would get, from the same resolution and the same [`spec::preview`] as `run --dry-run`.
+/// Nothing is created: no state directory, batch record, session, container or audit line.
+pub(super) fn batch_dry_run(
+    home_arg: Option<&Path>,
+    policy_dir: Option<&Path>,
+    record: &golem_orch::batch::Record,
+    json: bool,
+) -> Result<ExitCode> {
+    let template = record.settings.spec.resolve(&Place::here(policy_dir))?;
+    golem_orch::batch::check_settings(&record.settings, &template)?;
+    let preview = spec::preview(&Home::peek(home_arg), &template)?;
+    let documents: Vec<serde_json::Value> = record
+        .documents
+        .iter()
+        .map(|d| json!({ "source": d.source, "folder": d.folder }))
+        .collect();
+    if json {
+        print_json(&json!({
+            "dry_run": true,
+            "documents": documents,
+            "jobs": record.settings.jobs,
+            "stage_as_one": record.settings.stage_as_one,
+            "policy": template.policy,
+            "plan": preview.plan,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!("dry run: nothing was created");
+    outln!(
+        "{} document(s), {} at a time, {}",
+        record.documents.len(),
+        record.settings.jobs,
+        if record.settings.stage_as_one {
+            "one staged commit with a folder per document"
+        } else {
+            "one staged commit per document"
+        }
+    );
+    for d in &record.documents {
+        outln!("  {}  <- {}", line(&d.folder), line(&d.source));
+    }
+    outln!("each document's container (its input replaced):");
+    out!("{}", preview.plan);
+    Ok(ExitCode::SUCCESS)
+}
