@@ -26,6 +26,8 @@ use crate::stage::{self, Manifest, Stage, StageError, Status};
 /// The batch's counts, computed in [`crate::outcome`] with the rest of how endings read.
 pub use crate::outcome::Summary;
 
+mod index;
+
 /// Where a document is in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -282,7 +284,8 @@ pub fn documents(inputs: &[String], strict: bool) -> Result<Vec<Document>, Batch
         let mut folder = sanitize(&name);
         let base = folder.clone();
         let mut n = 2;
-        while folders.contains(&folder) {
+        // `index.md` is the combined commit's own (see [`index`]), in any case.
+        while folders.contains(&folder) || folder.eq_ignore_ascii_case(index::INDEX) {
             folder = format!("{base}-{n}");
             n += 1;
         }
@@ -614,8 +617,10 @@ struct Combined {
     omitted: u64,
 }
 
-/// Combines every staged document into one staged commit with a folder per document, and marks
-/// the per-document commits discarded (merged). Files are copied through [`Stage::read_verified`].
+/// Combines every staged document into one staged commit with a folder per document and a top
+/// index of the batch's documents, and marks the per-document commits merged into it: they stay
+/// listed as their documents' records, and only the combined commit is pushed. Files are
+/// copied through [`Stage::read_verified`].
 fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<String>, BatchError> {
     let stage = Stage::new(home.staged_dir());
     let parts: Vec<(String, String)> = record
@@ -640,6 +645,7 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         first.get_or_insert(m);
     }
     let Some(first) = first else { return Ok(None) };
+    add_index(&id, record, &files_dir, &mut combined)?;
     let manifest = combined_manifest(&id, &first, combined);
     building.commit(&manifest)?;
     let manifest_sha256 = stage::manifest_sha256(&stage, &id)?;
@@ -649,17 +655,13 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         json!({ "staged": id, "documents": parts.len(), "files": manifest.files.len(), "bytes": manifest.bytes, "manifest_sha256": manifest_sha256 }),
     )?;
     for (_, staged) in &parts {
-        // The per-document commits live on only as part of the combined one.
-        if stage
-            .transition(
-                staged,
-                &Status::Discarded {
-                    at: audit::now(),
-                    pushes: vec![],
-                },
-            )
-            .is_ok()
-        {
+        // The per-document commits stay as their documents' records; the combined commit is
+        // the one to push, so they are not pushable on their own (a forward move from pending).
+        let merged = Status::Merged {
+            into: id.clone(),
+            at: audit::now(),
+        };
+        if stage.transition(staged, &merged).is_ok() {
             audit.record(
                 Some(staged),
                 "stage.merged",
@@ -668,6 +670,27 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         }
     }
     Ok(Some(id))
+}
+
+/// Writes the batch's top index (see [`index`]) beside the document folders, under a name no
+/// folder takes, and adds it to the combined commit's files.
+fn add_index(
+    id: &str,
+    record: &Record,
+    files_dir: &Path,
+    combined: &mut Combined,
+) -> Result<(), BatchError> {
+    use sha2::{Digest, Sha256};
+    let name = index::name(record.documents.iter().map(|d| d.folder.as_str()));
+    let text = index::render(id, record);
+    let dest = files_dir.join(&name);
+    std::fs::write(&dest, &text).map_err(|e| record_err(&dest, e))?;
+    combined.files.push(ExtractedFile {
+        path: name,
+        size: text.len() as u64,
+        sha256: hex::encode(Sha256::digest(text.as_bytes())),
+    });
+    Ok(())
 }
 
 /// Copies one anchored, verified staged commit into `folder` of the combined commit.
