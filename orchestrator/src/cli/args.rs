@@ -25,7 +25,7 @@ pub(super) enum Command {
         /// Session id or unique prefix.
         session: String,
     },
-    /// List staged commits: pending first, then pushed and discarded.
+    /// List staged commits: waiting ones first (pending, partial), then pushed, discarded and merged.
     Staged(JsonFlag),
     /// Show a staged commit's manifest: provenance, files, rejected entries.
     Show {
@@ -70,7 +70,7 @@ pub(super) enum Command {
         #[arg(long, value_name = "NAME")]
         remote: Option<String>,
     },
-    /// Throw a pending staged commit away (asks first).
+    /// Throw a pending staged commit away, or the files of a partly pushed one not pushed yet (asks first).
     Discard {
         /// Staged commit id or unique prefix.
         id: String,
@@ -169,7 +169,12 @@ is golem/<id>, so a push never moves a branch you are working on; pushing to the
 branch is refused. Every staged file is re-hashed against the manifest first, and the manifest
 against the hash the audit log recorded when it was staged: a tampered stage is refused.
 The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
-Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
+Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256 (and Golem-Staged-Selection for a
+partial push).
+
+--only PATH... pushes part of a staged commit: it becomes partial, and a later push without
+--only pushes exactly the files not pushed yet; --only of a file already pushed is refused.
+`golem-orch show ID` lists each push and what is left; discard throws the rest away.
 
 Without --yes, push shows what would change and asks [d]iff (through $PAGER) / [y]es / [n]o (with --json and no
 --yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
@@ -181,6 +186,7 @@ Examples:
   golem-orch push ID                                # review, then commit onto golem/<id>
   golem-orch push ID -b docs/summaries --prefix docs -m \"Add summaries\"
   golem-orch push ID --only report.md --yes         # one file, no question (scripts, CI)
+  golem-orch push ID --yes                          # then the rest of it, as a second commit
   golem-orch push ID --remote origin                # then push that branch with your own git credentials";
 
 /// Which repository, branch and files a diff or push is about.
@@ -197,7 +203,7 @@ pub(super) struct TargetArgs {
     /// Directory inside the repository for the staged files (default: the root).
     #[arg(long, value_name = "DIR")]
     pub(super) prefix: Option<String>,
-    /// Only these staged files or directories.
+    /// Only these staged files or directories; the rest stays pending for a later push.
     #[arg(long, value_name = "PATH", num_args = 1..)]
     pub(super) only: Vec<String>,
     #[command(flatten)]
@@ -247,9 +253,15 @@ The worker sees its inputs read-only at /input and writes to /output; the output
 entry by entry and staged in .golem/staged/<id>/ for review. Use --image IMAGE -- ARGS... to run
 your own local image under the same policy (ARGS replace the image's command, as with docker run).
 
+A symbolic link inside an input folder is never followed: it is skipped and listed (--strict
+fails the session instead, naming it). The report and text workers take at most 100 inputs per
+session; on a larger folder run says how many were not processed: `golem-orch batch DIR` runs one
+container per file.
+
 --json prints one object: {session, status, exit_code, staged, timed_out, oom_killed, files,
-bytes, rejected, error, logs, model}. status is staged, failed, timeout, oom, rejected or
-cancelled; model ({requests, input_tokens, output_tokens, refused}) only for AI workers.
+bytes, rejected, error, logs, skipped, model, not_processed, inputs}. status is staged, failed,
+timeout, oom, rejected or cancelled; model ({requests, input_tokens, output_tokens, refused})
+only for AI workers; not_processed and inputs only when the worker's input limit left some out.
 
 AI workers (--worker agent): the container still has no network. It reaches a model only
 through a socket to golem-orch, which holds the key on the host (GOLEM_MODEL_API,
@@ -262,6 +274,7 @@ Examples:
   golem-orch run --untrusted https://example.org/paper.pdf    # a report of one downloaded document
   golem-orch run --untrusted --timeout 30s --memory 256m notes/  # a folder, under lower limits
   golem-orch run --dry-run --json paper.pdf                   # the container it would create
+  golem-orch run --strict inbox/                              # fail on a link inside inbox/
   golem-orch run --image my-parser:local in.xml -- --strict   # your own local image, same policy
 
 Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
@@ -272,7 +285,11 @@ Every file found (directories recursively) and every line of --from FILE (paths 
 lines and # comments ignored) is one document, processed in its own container exactly as
 `golem-orch run` would, with the same trust level, worker and limits. A document that fails,
 times out or runs out of memory is recorded and the others go on. Each document gets its own
-staged commit, or with --stage-as-one the batch gets one, with a folder per document.
+staged commit, or with --stage-as-one the batch gets one, with a folder per document and a top
+index.md listing every document, its folder and status (the per-document commits stay listed
+as merged into it; only the combined one is pushed). Links inside folders are skipped when the
+documents are listed; --strict refuses them. --dry-run prints the documents, their folders, the
+policy and one document's container, and creates nothing.
 
 Ctrl-C stops launching, cancels the running documents (removing their containers) and records
 the batch; `golem-orch batch --resume ID` runs only what did not finish, plus documents that
