@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::extract::{ExtractedFile, Rejected};
-use crate::home::write_atomic;
 use crate::intake::InputRecord;
 use crate::owner::{Liveness, Owner};
 use crate::policy::TrustLevel;
@@ -426,53 +425,6 @@ impl Stage {
         Ok(data)
     }
 
-    /// Moves a staged commit to `next` under the stage lock, only forward
-    /// ([`Status::may_become`]); any other move is refused.
-    pub fn transition(&self, id: &str, next: &Status) -> Result<(), StageError> {
-        let mut lock = self.lock()?;
-        self.transition_locked(&mut lock, id, next)
-    }
-
-    /// [`Stage::transition`] for a caller that already holds the stage lock (flock is per open
-    /// file, so taking it twice in one process would deadlock).
-    pub fn transition_locked(
-        &self,
-        _held: &mut crate::home::FileLock,
-        id: &str,
-        next: &Status,
-    ) -> Result<(), StageError> {
-        let current = self.status(id)?;
-        if !current.may_become(next) {
-            return Err(StageError::NotPending {
-                id: id.to_string(),
-                status: current.word().to_string(),
-                wanted: next.word().to_string(),
-            });
-        }
-        write_status(self, id, next)
-    }
-
-    /// Records one push of `id` (whose files are `all`) under the held stage lock: partial
-    /// while files are left, pushed when none are. Returns the new status.
-    pub fn record_push_locked(
-        &self,
-        held: &mut crate::home::FileLock,
-        id: &str,
-        record: PushRecord,
-        all: &[String],
-    ) -> Result<Status, StageError> {
-        let current = self.status(id)?;
-        let next = current
-            .after_push(record, all)
-            .ok_or_else(|| StageError::NotPending {
-                id: id.to_string(),
-                status: current.word().to_string(),
-                wanted: "pushed".into(),
-            })?;
-        self.transition_locked(held, id, &next)?;
-        Ok(next)
-    }
-
     /// The stage-wide lock that serialises status changes and pushes.
     pub fn lock(&self) -> Result<crate::home::FileLock, StageError> {
         use std::os::unix::fs::OpenOptionsExt;
@@ -487,13 +439,6 @@ impl Stage {
         )
         .map_err(io(&path))
     }
-}
-
-/// Writes a status atomically (callers hold the stage lock; use [`Stage::transition`]).
-fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
-    let path = stage.dir(id).join(STATUS);
-    let json = to_json(&path, status)?;
-    write_atomic(&path, &json).map_err(io(&path))
 }
 
 /// A staged commit under construction; dropped without [`Building::commit`], it disappears.

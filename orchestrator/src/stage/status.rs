@@ -11,6 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::{io, to_json, Stage, StageError, STATUS};
+use crate::home::write_atomic;
+
 /// One push of some (or all) of a staged commit's files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushRecord {
@@ -150,6 +153,62 @@ impl Status {
             _ => false,
         }
     }
+}
+
+impl Stage {
+    /// Moves a staged commit to `next` under the stage lock, only forward
+    /// ([`Status::may_become`]); any other move is refused.
+    pub fn transition(&self, id: &str, next: &Status) -> Result<(), StageError> {
+        let mut lock = self.lock()?;
+        self.transition_locked(&mut lock, id, next)
+    }
+
+    /// [`Stage::transition`] for a caller that already holds the stage lock (flock is per open
+    /// file, so taking it twice in one process would deadlock).
+    pub fn transition_locked(
+        &self,
+        _held: &mut crate::home::FileLock,
+        id: &str,
+        next: &Status,
+    ) -> Result<(), StageError> {
+        let current = self.status(id)?;
+        if !current.may_become(next) {
+            return Err(StageError::NotPending {
+                id: id.to_string(),
+                status: current.word().to_string(),
+                wanted: next.word().to_string(),
+            });
+        }
+        write_status(self, id, next)
+    }
+
+    /// Records one push of `id` (whose files are `all`) under the held stage lock: partial
+    /// while files are left, pushed when none are. Returns the new status.
+    pub fn record_push_locked(
+        &self,
+        held: &mut crate::home::FileLock,
+        id: &str,
+        record: PushRecord,
+        all: &[String],
+    ) -> Result<Status, StageError> {
+        let current = self.status(id)?;
+        let next = current
+            .after_push(record, all)
+            .ok_or_else(|| StageError::NotPending {
+                id: id.to_string(),
+                status: current.word().to_string(),
+                wanted: "pushed".into(),
+            })?;
+        self.transition_locked(held, id, &next)?;
+        Ok(next)
+    }
+}
+
+/// Writes a status atomically (callers hold the stage lock; use [`Stage::transition`]).
+fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
+    let path = stage.dir(id).join(STATUS);
+    let json = to_json(&path, status)?;
+    write_atomic(&path, &json).map_err(io(&path))
 }
 
 #[cfg(test)]
