@@ -494,3 +494,73 @@ fn discarding_a_partly_pushed_commit_discards_the_rest_and_keeps_the_record() {
         && r["data"]["discarded"] == 3
         && r["data"]["already_pushed"] == 1));
 }
+
+#[test]
+fn a_partial_push_interrupted_at_the_remote_is_recovered_and_the_rest_is_a_new_commit() {
+    let g = Golem::new();
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let remote = tempfile::tempdir().unwrap();
+    git(remote.path(), &["init", "-q", "--bare"]);
+    let dir = g.project.path();
+    git(
+        dir,
+        &["remote", "add", "origin", remote.path().to_str().unwrap()],
+    );
+    let id = stage_report(&g, "untrusted");
+    let branch = format!("golem/{}", &id[..12]);
+    // The remote already holds the branch with unrelated history: the first push commits
+    // locally, then the remote refuses it.
+    git(dir, &["checkout", "-q", "--orphan", "unrelated"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", "unrelated"]);
+    git(
+        dir,
+        &[
+            "push",
+            "-q",
+            "origin",
+            &format!("unrelated:refs/heads/{branch}"),
+        ],
+    );
+    git(dir, &["checkout", "-q", "-f", "main"]);
+    let only = ["--only", "letter.txt.md"];
+    let push = |extra: &[&str]| {
+        let mut args = vec!["push", id.as_str(), "--yes", "--json", "--remote", "origin"];
+        args.extend_from_slice(extra);
+        g.json(args)
+    };
+    let out = g.output([
+        "push",
+        &id,
+        "--yes",
+        "--remote",
+        "origin",
+        "--only",
+        "letter.txt.md",
+    ]);
+    assert!(!out.status.success(), "the remote must refuse");
+    assert_eq!(g.staged()[0]["status"], "pending");
+
+    // The retry of the same selection reuses that commit.
+    git(
+        remote.path(),
+        &["update-ref", "-d", &format!("refs/heads/{branch}")],
+    );
+    let (first, code) = push(&only);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["recovered"], true, "{first}");
+    assert_eq!(g.staged()[0]["status"], "partial");
+    // The rest is not mistaken for that recorded part: it is a commit of its own.
+    let (rest, code) = push(&[]);
+    assert_eq!(code, 0, "{rest}");
+    assert_eq!(rest["recovered"], false, "{rest}");
+    assert_ne!(rest["commit"], first["commit"]);
+    assert_eq!(
+        g.git(&["diff", "--name-status", &format!("{branch}^"), &branch]),
+        "A\tindex.json\nA\tindex.md\nA\tletter.txt.json"
+    );
+    assert_eq!(
+        git(remote.path(), &["rev-parse", &branch]),
+        rest["commit"].as_str().unwrap()
+    );
+    assert_eq!(g.staged()[0]["status"], "pushed");
+}

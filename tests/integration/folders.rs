@@ -113,3 +113,38 @@ fn a_folder_larger_than_the_workers_limit_says_how_many_were_not_processed() {
     assert!(run.json.get("not_processed").is_none(), "{}", run.json);
     g.assert_clean();
 }
+
+#[test]
+fn batch_skips_a_link_in_a_folder_and_with_strict_refuses_it_before_anything_runs() {
+    let g = Golem::new();
+    g.file("inbox/letter.txt", "Dear reviewer,\n");
+    std::os::unix::fs::symlink("/etc/passwd", g.project.path().join("inbox/passwd")).unwrap();
+    let (result, code) = g.json(["batch", "--json", "inbox"]);
+    assert_eq!(code, 0, "{result}");
+    let sources: Vec<&str> = result["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["source"].as_str())
+        .collect();
+    assert_eq!(sources.len(), 1, "{result}");
+    assert!(sources[0].ends_with("inbox/letter.txt"), "{result}");
+
+    let before = crate::harness::tree(&g.home);
+    let out = g.output(["batch", "--strict", "inbox"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = crate::harness::stderr_text(&out);
+    assert!(
+        err.trim().lines().count() == 1
+            && err.contains("inbox/passwd")
+            && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(
+        crate::harness::tree(&g.home),
+        before,
+        "a refused batch left something"
+    );
+    assert!(files_containing(&g.home, PASSWD_ROOT).is_empty());
+    g.assert_clean();
+}
