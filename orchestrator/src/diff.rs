@@ -166,7 +166,10 @@ pub fn compute(
         ),
         None => None,
     };
-    let selected = select(manifest, only, &stage.status(id)?)?;
+    // While files are left to push, only those; a closed commit (pushed, discarded, merged)
+    // still diffs whole, as it always did.
+    let status = Some(stage.status(id)?).filter(Status::is_open);
+    let selected = select(manifest, only, status.as_ref().unwrap_or(&Status::Pending))?;
     let repo_paths: Vec<String> = selected.iter().map(|f| target.repo_path(&f.path)).collect();
     let mut collisions = {
         let existing = match &tree {

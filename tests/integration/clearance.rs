@@ -393,6 +393,13 @@ fn a_partial_push_leaves_the_rest_pending_and_a_second_push_commits_exactly_the_
         "{text}"
     );
 
+    let (diff, _) = g.json(["diff", &id, "--branch", "golem/part", "--json"]);
+    assert_eq!(
+        diff["files"].as_array().map(Vec::len),
+        Some(3),
+        "the files left"
+    );
+
     // The same file again is refused in one line; nothing moves.
     let again = g.output([
         "push",
@@ -443,6 +450,13 @@ fn a_partial_push_leaves_the_rest_pending_and_a_second_push_commits_exactly_the_
     assert_eq!(shown["pushes"].as_array().map(Vec::len), Some(2));
     assert_eq!(shown["pushed"]["commit"], second["commit"]);
     assert_eq!(shown["left"], serde_json::json!([]));
+    let (diff, _) = g.json(["diff", &id, "--branch", "golem/part", "--json"]);
+    assert!(
+        diff["files"]
+            .as_array()
+            .is_some_and(|f| f.len() == 4 && f.iter().all(|f| f["change"] == "unchanged")),
+        "a pushed commit diffs whole: {diff}"
+    );
 
     // A third push is refused in one line.
     let third = g.output(["push", &id, "--yes", "--branch", "golem/part"]);
