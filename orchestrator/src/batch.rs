@@ -26,6 +26,8 @@ use crate::stage::{self, Manifest, Stage, StageError, Status};
 /// The batch's counts, computed in [`crate::outcome`] with the rest of how endings read.
 pub use crate::outcome::Summary;
 
+mod index;
+
 /// Where a document is in the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -274,17 +276,19 @@ fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
     write_atomic(&path, &json).map_err(|e| record_err(&path, e))
 }
 
-/// Expands inputs into documents: files as given, directories recursively (links skipped, as
-/// intake would refuse them), URLs as given. Local files are listed by fd, no-follow, and
-/// pinned by identity; every path component is checked. Folder names are unique in the batch.
-pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
+/// Expands inputs into documents: files as given, directories recursively (links skipped,
+/// never followed; refused under `strict`), URLs as given. Local files are listed by fd,
+/// no-follow, and pinned by identity; every path component is checked. Folder names are unique
+/// in the batch.
+pub fn documents(inputs: &[String], strict: bool) -> Result<Vec<Document>, BatchError> {
     let mut out: Vec<Document> = Vec::new();
     let mut folders: Vec<String> = Vec::new();
     let mut push = |source: String, name: String, pinned: Option<Pinned>| {
         let mut folder = sanitize(&name);
         let base = folder.clone();
         let mut n = 2;
-        while folders.contains(&folder) {
+        // `index.md` is the combined commit's own (see [`index`]), in any case.
+        while folders.contains(&folder) || folder.eq_ignore_ascii_case(index::INDEX) {
             folder = format!("{base}-{n}");
             n += 1;
         }
@@ -329,7 +333,7 @@ pub fn documents(inputs: &[String]) -> Result<Vec<Document>, BatchError> {
                 push(u.to_string(), name, None);
             }
             Source::Dir(root) => {
-                for (rel, id) in intake::list_files(&root)? {
+                for (rel, id) in intake::list_files(&root, strict)? {
                     let shown = rel.iter().fold(root.clone(), |p, c| p.join(c));
                     let pinned = Pinned {
                         root: root.clone(),
@@ -619,8 +623,10 @@ struct Combined {
     warnings: Option<crate::warnings::WarningSummary>,
 }
 
-/// Combines every staged document into one staged commit with a folder per document, and marks
-/// the per-document commits discarded (merged). Files are copied through [`Stage::read_verified`].
+/// Combines every staged document into one staged commit with a folder per document and a top
+/// index of the batch's documents, and marks the per-document commits merged into it: they stay
+/// listed as their documents' records, and only the combined commit is pushed. Files are
+/// copied through [`Stage::read_verified`].
 fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<String>, BatchError> {
     let stage = Stage::new(home.staged_dir());
     let parts: Vec<(String, String)> = record
@@ -645,6 +651,7 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         first.get_or_insert(m);
     }
     let Some(first) = first else { return Ok(None) };
+    add_index(&id, record, &files_dir, &mut combined)?;
     let manifest = combined_manifest(&id, &first, combined);
     building.commit(&manifest)?;
     let manifest_sha256 = stage::manifest_sha256(&stage, &id)?;
@@ -654,11 +661,13 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         json!({ "staged": id, "documents": parts.len(), "files": manifest.files.len(), "bytes": manifest.bytes, "manifest_sha256": manifest_sha256 }),
     )?;
     for (_, staged) in &parts {
-        // The per-document commits live on only as part of the combined one.
-        if stage
-            .transition(staged, &Status::Discarded { at: audit::now() })
-            .is_ok()
-        {
+        // The per-document commits stay as their documents' records; the combined commit is
+        // the one to push, so they are not pushable on their own (a forward move from pending).
+        let merged = Status::Merged {
+            into: id.clone(),
+            at: audit::now(),
+        };
+        if stage.transition(staged, &merged).is_ok() {
             audit.record(
                 Some(staged),
                 "stage.merged",
@@ -667,6 +676,27 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         }
     }
     Ok(Some(id))
+}
+
+/// Writes the batch's top index (see [`index`]) beside the document folders, under a name no
+/// folder takes, and adds it to the combined commit's files.
+fn add_index(
+    id: &str,
+    record: &Record,
+    files_dir: &Path,
+    combined: &mut Combined,
+) -> Result<(), BatchError> {
+    use sha2::{Digest, Sha256};
+    let name = index::name(record.documents.iter().map(|d| d.folder.as_str()));
+    let text = index::render(id, record);
+    let dest = files_dir.join(&name);
+    std::fs::write(&dest, &text).map_err(|e| record_err(&dest, e))?;
+    combined.files.push(ExtractedFile {
+        path: name,
+        size: text.len() as u64,
+        sha256: hex::encode(Sha256::digest(text.as_bytes())),
+    });
+    Ok(())
 }
 
 /// Copies one anchored, verified staged commit into `folder` of the combined commit.
@@ -738,6 +768,7 @@ fn combined_manifest(id: &str, first: &Manifest, combined: Combined) -> Manifest
         command: first.command.clone(),
         exit_code: None,
         inputs: combined.inputs,
+        skipped: Vec::new(),
         files: combined.files,
         rejected: combined.rejected,
         rejected_omitted: combined.omitted,
@@ -761,15 +792,21 @@ pub(crate) mod tests {
         std::fs::write(dir.path().join("a/b/x.txt"), "2").unwrap();
         std::fs::write(dir.path().join("x.txt"), "3").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("a/link")).unwrap();
-        let docs = documents(&[
+        let inputs = [
             dir.path().join("a").display().to_string(),
             dir.path().join("x.txt").display().to_string(),
-        ])
-        .unwrap();
+        ];
+        let docs = documents(&inputs, false).unwrap();
         let folders: Vec<&str> = docs.iter().map(|d| d.folder.as_str()).collect();
         assert_eq!(folders, ["b_x.txt", "x.txt", "x.txt-2"]);
         assert!(docs.iter().all(|d| d.status == DocStatus::Pending));
-        assert!(matches!(documents(&[]), Err(BatchError::Empty)));
+        assert!(matches!(documents(&[], false), Err(BatchError::Empty)));
+        // --strict: the link is an error that names it.
+        let err = documents(&inputs, true).unwrap_err().to_string();
+        assert!(
+            err.contains("a/link") && err.contains("symbolic link"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use similar::TextDiff;
 
 use crate::extract::ExtractedFile;
 use crate::sensitive;
-use crate::stage::{Manifest, Stage, StageError};
+use crate::stage::{Manifest, Stage, StageError, Status};
 use crate::target::{Target, TargetError};
 
 /// Files larger than this are summarised rather than diffed.
@@ -96,40 +96,60 @@ pub enum DiffError {
     /// `--only` named something that is not staged.
     #[error("{0:?} is not a staged file or directory (see golem-orch show)")]
     UnknownPath(String),
+    /// `--only` named only files an earlier push of this staged commit already committed.
+    #[error("{path:?} was already pushed (commit {commit} on {branch}); push the rest without --only, see golem-orch show")]
+    AlreadyPushed {
+        /// The path asked for.
+        path: String,
+        /// The commit that holds it (short).
+        commit: String,
+        /// The branch of that commit.
+        branch: String,
+    },
 }
 
-/// The staged files `only` selects (all when empty): exact paths or directory prefixes.
+/// The staged files `only` selects (all when empty): exact paths or directory prefixes, leaving
+/// out the files an earlier push already committed (`status`'s pushes). Naming an unknown path,
+/// or one whose files are all pushed, is an error.
 pub fn select<'m>(
     manifest: &'m Manifest,
     only: &[String],
+    status: &Status,
 ) -> Result<Vec<&'m ExtractedFile>, DiffError> {
-    if only.is_empty() {
-        return Ok(manifest.files.iter().collect());
-    }
-    for want in only {
+    let pushed = status.pushed_files();
+    let chosen = |f: &ExtractedFile, want: &str| {
         let want = want.trim_end_matches('/');
-        let dir = format!("{want}/");
-        if !manifest
-            .files
-            .iter()
-            .any(|f| f.path == want || f.path.starts_with(&dir))
-        {
-            return Err(DiffError::UnknownPath(want.to_string()));
+        f.path == want || f.path.starts_with(&format!("{want}/"))
+    };
+    for want in only {
+        let named: Vec<&ExtractedFile> =
+            manifest.files.iter().filter(|f| chosen(f, want)).collect();
+        let Some(first) = named.first() else {
+            return Err(DiffError::UnknownPath(
+                want.trim_end_matches('/').to_string(),
+            ));
+        };
+        if let (true, Some(by)) = (
+            named.iter().all(|f| pushed.contains_key(f.path.as_str())),
+            pushed.get(first.path.as_str()),
+        ) {
+            return Err(DiffError::AlreadyPushed {
+                path: want.trim_end_matches('/').to_string(),
+                commit: by.commit.get(..12).unwrap_or(&by.commit).to_string(),
+                branch: by.branch.clone(),
+            });
         }
     }
     Ok(manifest
         .files
         .iter()
-        .filter(|f| {
-            only.iter().any(|w| {
-                let w = w.trim_end_matches('/');
-                f.path == w || f.path.starts_with(&format!("{w}/"))
-            })
-        })
+        .filter(|f| !pushed.contains_key(f.path.as_str()))
+        .filter(|f| only.is_empty() || only.iter().any(|w| chosen(f, w)))
         .collect())
 }
 
-/// Compares the selected staged files with the target's base tree.
+/// Compares the selected staged files with the target's base tree (of a partly pushed staged
+/// commit, only the files not pushed yet).
 pub fn compute(
     stage: &Stage,
     id: &str,
@@ -146,7 +166,10 @@ pub fn compute(
         ),
         None => None,
     };
-    let selected = select(manifest, only)?;
+    // While files are left to push, only those; a closed commit (pushed, discarded, merged)
+    // still diffs whole, as it always did.
+    let status = Some(stage.status(id)?).filter(Status::is_open);
+    let selected = select(manifest, only, status.as_ref().unwrap_or(&Status::Pending))?;
     let repo_paths: Vec<String> = selected.iter().map(|f| target.repo_path(&f.path)).collect();
     let mut collisions = {
         let existing = match &tree {
@@ -463,6 +486,58 @@ pub fn stat(diffs: &[FileDiff]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A manifest of `paths` (built from JSON, so fields added later with defaults still load).
+    fn manifest_of(paths: &[&str]) -> Manifest {
+        let files: Vec<_> = paths
+            .iter()
+            .map(|p| serde_json::json!({ "path": p, "size": 1, "sha256": "00" }))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "version": 1, "id": "x", "session": "x", "created_at": "t", "trust_level": "untrusted",
+            "image": "i", "image_id": "sha256:i", "command": [], "exit_code": 0, "inputs": [],
+            "files": files, "rejected": [], "bytes": 1,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_selection_leaves_out_pushed_files_and_refuses_to_name_only_pushed_ones() {
+        let m = manifest_of(&["a.md", "docs/b.md", "docs/c.md"]);
+        let paths = |files: Vec<&ExtractedFile>| -> Vec<String> {
+            files.into_iter().map(|f| f.path.clone()).collect()
+        };
+        let only = |w: &[&str]| -> Vec<String> { w.iter().map(|s| s.to_string()).collect() };
+        assert_eq!(paths(select(&m, &[], &Status::Pending).unwrap()).len(), 3);
+        let partial = Status::Partial {
+            pushes: vec![crate::stage::PushRecord {
+                files: vec!["docs/b.md".into()],
+                commit: "0123456789abcdef".into(),
+                branch: "golem/x".into(),
+                repo: "/r".into(),
+                remote: None,
+                at: "t".into(),
+            }],
+        };
+        assert_eq!(
+            paths(select(&m, &[], &partial).unwrap()),
+            ["a.md", "docs/c.md"]
+        );
+        assert_eq!(
+            paths(select(&m, &only(&["docs/"]), &partial).unwrap()),
+            ["docs/c.md"]
+        );
+        let err = select(&m, &only(&["docs/b.md"]), &partial).unwrap_err();
+        assert!(
+            matches!(err, DiffError::AlreadyPushed { ref commit, .. } if commit == "0123456789ab"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("already pushed"));
+        assert!(matches!(
+            select(&m, &only(&["nope"]), &partial),
+            Err(DiffError::UnknownPath(_))
+        ));
+    }
 
     #[test]
     fn bodies_diff_text_and_summarise_binary_or_long_content() {

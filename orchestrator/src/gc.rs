@@ -48,6 +48,10 @@ pub struct Report {
     pub foreign: usize,
     /// Removals that failed, with why.
     pub errors: Vec<String>,
+    /// Nothing was removed or changed: every list above says what would be
+    /// (`gc --dry-run`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// Which resources a collection considers.
@@ -66,11 +70,34 @@ pub async fn collect(
     home: &Home,
     scope: Scope,
 ) -> Result<Report, EngineError> {
+    sweep(engine, home, scope, false).await
+}
+
+/// What [`collect`] would do, doing none of it: nothing is removed from the engine or the
+/// state directories, no session is marked failed, nothing is audited, and `home` need not
+/// exist (`gc --dry-run`). The same decisions, so the list is what a `gc` now would remove.
+pub async fn preview(
+    engine: &dyn Engine,
+    home: &Home,
+    scope: Scope,
+) -> Result<Report, EngineError> {
+    sweep(engine, home, scope, true).await
+}
+
+async fn sweep(
+    engine: &dyn Engine,
+    home: &Home,
+    scope: Scope,
+    dry_run: bool,
+) -> Result<Report, EngineError> {
     let mut labels = vec![LABEL_MANAGED.to_string()];
     if scope == Scope::Home {
         labels.push(format!("{LABEL_HOME}={}", home.root().display()));
     }
-    let mut sweep = Sweep::default();
+    let mut sweep = Sweep {
+        dry_run,
+        ..Sweep::default()
+    };
     sweep.containers(engine, &labels).await?;
     sweep.volumes(engine, &labels).await?;
     let Sweep {
@@ -78,22 +105,31 @@ pub async fn collect(
         dead_sessions,
         ..
     } = sweep;
+    report.dry_run = dry_run;
     let homes_seen = mark_dead_sessions(home, dead_sessions, &mut report);
-    report.init_binaries = crate::image::remove_stale_inits(home.root());
+    report.init_binaries = crate::image::stale_inits(home.root(), !dry_run);
     if scope == Scope::Engine {
-        match crate::image::remove_stale_images(engine).await {
+        match crate::image::stale_images(engine, !dry_run).await {
             Ok(tags) => report.images = tags,
             Err(e) => report.errors.push(e.to_string()),
         }
     }
     for root in homes_seen {
-        if let Ok(h) = Home::open(Some(&root)) {
-            if let Ok(removed) = Stage::new(h.staged_dir()).remove_orphans() {
-                report.stage_orphans.extend(removed);
-            }
+        // A dry run opens nothing that could create files: the stage is only listed.
+        let staged = match dry_run {
+            true => Some(Home::peek(Some(&root)).staged_dir()),
+            false => Home::open(Some(&root)).ok().map(|h| h.staged_dir()),
+        };
+        let Some(staged) = staged.filter(|d| d.is_dir()) else {
+            continue;
+        };
+        if let Ok(removed) = Stage::new(staged).orphans(!dry_run) {
+            report.stage_orphans.extend(removed);
         }
     }
-    audit_collected(home, &report);
+    if !dry_run {
+        audit_collected(home, &report);
+    }
     Ok(report)
 }
 
@@ -104,6 +140,8 @@ struct Sweep {
     /// session -> home of every dead-owned resource, to mark sessions afterwards.
     dead_sessions: BTreeMap<String, Option<PathBuf>>,
     tokens: Tokens,
+    /// List what would be removed; remove nothing.
+    dry_run: bool,
 }
 
 impl Sweep {
@@ -135,6 +173,10 @@ impl Sweep {
             if !self.is_dead_and_ours(&c.labels) {
                 continue;
             }
+            if self.dry_run {
+                self.report.containers.push(c.id);
+                continue;
+            }
             match engine.remove(&c.id).await {
                 Ok(()) => self.report.containers.push(c.id),
                 Err(e) => self
@@ -153,6 +195,10 @@ impl Sweep {
             .map_err(|e| e.doing("listing golem-orch volumes"))?;
         for v in volumes {
             if !self.is_dead_and_ours(&v.labels) {
+                continue;
+            }
+            if self.dry_run {
+                self.report.volumes.push(v.name);
                 continue;
             }
             match engine.remove_volume(&v.name).await {
@@ -188,6 +234,13 @@ fn mark_dead_sessions(
         let Some(root) = session_home else { continue };
         // Labels are only data: never create a directory because one names it.
         if !root.join("sessions").is_dir() {
+            continue;
+        }
+        if report.dry_run {
+            if dead_record(&Home::peek(Some(&root)), &id).is_some() {
+                report.sessions_failed.push(id);
+            }
+            homes_seen.insert(root);
             continue;
         }
         let Ok(h) = Home::open(Some(&root)) else {
@@ -264,20 +317,23 @@ fn note_session(dead: &mut BTreeMap<String, Option<PathBuf>>, labels: &HashMap<S
     }
 }
 
+/// The record of an unfinished session whose owner the record names is provably dead: one
+/// [`mark_failed`] marks (and `gc --dry-run` lists).
+fn dead_record(home: &Home, id: &str) -> Option<session::Record> {
+    let record = session::load(home, id).ok()?;
+    let dead = Owner::parse(&record.owner).is_some_and(|o| o.liveness() == Liveness::Dead);
+    (!record.status.is_final() && dead).then_some(record)
+}
+
 /// Marks an unfinished session failed; returns whether it changed anything.
 ///
 /// Decided from the session record alone: only when the owner the record names is provably
 /// dead. A label that says otherwise (even one on an object this state directory created)
 /// never changes a live session's record.
 fn mark_failed(home: &Home, id: &str) -> bool {
-    let Ok(mut record) = session::load(home, id) else {
+    let Some(mut record) = dead_record(home, id) else {
         return false;
     };
-    if record.status.is_final()
-        || !Owner::parse(&record.owner).is_some_and(|o| o.liveness() == Liveness::Dead)
-    {
-        return false;
-    }
     let previous = record.status;
     record.status = SessionStatus::Failed;
     record.error = Some(format!(

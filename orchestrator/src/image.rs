@@ -176,6 +176,12 @@ pub const STALE_INIT_AGE: std::time::Duration = std::time::Duration::from_secs(3
 /// still runs keeps its mount (the file is unlinked, not changed), and that version reinstalls
 /// its binary when it next needs it.
 pub fn remove_stale_inits(state: &Path) -> Vec<String> {
+    stale_inits(state, true)
+}
+
+/// The init binaries [`remove_stale_inits`] would remove, removing them when `remove` (a
+/// removal that fails leaves the name out); `gc --dry-run` only lists them.
+pub fn stale_inits(state: &Path, remove: bool) -> Vec<String> {
     let current = init_name();
     let Ok(entries) = std::fs::read_dir(state.join("bin")) else {
         return Vec::new();
@@ -189,7 +195,7 @@ pub fn remove_stale_inits(state: &Path) -> Vec<String> {
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok().map(|n| (e.path(), n)))
         .filter(|(_, n)| n.starts_with("golem-init-") && *n != current)
-        .filter(|(path, _)| unused(path) && std::fs::remove_file(path).is_ok())
+        .filter(|(path, _)| unused(path) && (!remove || std::fs::remove_file(path).is_ok()))
         .map(|(_, n)| n)
         .collect()
 }
@@ -198,6 +204,12 @@ pub fn remove_stale_inits(state: &Path) -> Vec<String> {
 /// engine. The current build's tag and `latest` stay; an image a container still uses is left
 /// alone (the engine refuses, and that is not an error here). Returns the tags removed.
 pub async fn remove_stale_images(engine: &dyn Engine) -> Result<Vec<String>, EngineError> {
+    stale_images(engine, true).await
+}
+
+/// The tags [`remove_stale_images`] would remove, removing them when `remove`; `gc --dry-run`
+/// only lists them (including any a container still uses, which a removal would leave).
+pub async fn stale_images(engine: &dyn Engine, remove: bool) -> Result<Vec<String>, EngineError> {
     let tags = engine
         .image_tags(REPOSITORY)
         .await
@@ -210,6 +222,10 @@ pub async fn remove_stale_images(engine: &dyn Engine) -> Result<Vec<String>, Eng
         };
         let ours = hash.len() == 12 && hash.bytes().all(|b| b.is_ascii_hexdigit());
         if !ours || tag == current {
+            continue;
+        }
+        if !remove {
+            removed.push(tag);
             continue;
         }
         match engine.remove_image(&tag).await {

@@ -17,8 +17,11 @@ use serde_json::json;
 
 use crate::audit::{self, Audit, AuditError};
 use crate::diff::{self, Change, DiffError, FileDiff};
-use crate::stage::{self, Manifest, Stage, StageError, Status};
+use crate::stage::{self, Manifest, PushRecord, Stage, StageError, Status};
 use crate::target::{Target, TargetError};
+
+mod message;
+pub use message::{commit_message, selection_digest, subject, TRAILER_SELECTION};
 
 /// Credential attempts before giving up: git asks again after every failure, forever.
 const MAX_CREDENTIAL_ATTEMPTS: u32 = 3;
@@ -27,7 +30,8 @@ const RECOVERY_DEPTH: usize = 50;
 /// The trailer that ties a commit to its staged commit.
 pub const TRAILER_STAGED: &str = "Golem-Staged";
 
-/// Why a push was refused or failed. Every variant leaves the staged commit pending and intact.
+/// Why a push was refused or failed. Every variant leaves the staged commit as it was (pending or
+/// partly pushed) and intact.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
     /// The stage failed or was tampered with.
@@ -130,6 +134,10 @@ pub struct Pushed {
     pub remote: Option<String>,
     /// Whether an earlier, interrupted push had already made the commit.
     pub recovered: bool,
+    /// How many staged files this push committed.
+    pub files: usize,
+    /// How many staged files are left for a later push (0: the staged commit is pushed).
+    pub left: usize,
 }
 
 /// Verifies the staged commit and works out what a push would change. Writes nothing.
@@ -141,7 +149,7 @@ pub fn propose(
     only: &[String],
 ) -> Result<Proposal, PushError> {
     let status = stage.status(id)?;
-    if status != Status::Pending {
+    if !status.is_open() {
         return Err(StageError::NotPending {
             id: id.to_string(),
             status: status.word().to_string(),
@@ -255,7 +263,8 @@ fn refused(audit: &Audit, id: &str, err: PushError) -> PushError {
     }
 }
 
-/// Makes the commit, moves the branch, optionally pushes to a remote, and marks the stage pushed.
+/// Makes the commit, moves the branch, optionally pushes to a remote, and records the push in
+/// the stage (partial while files are left, pushed when none are).
 ///
 /// Holds the stage lock throughout, so two pushes of one staged commit cannot both commit. If an
 /// earlier push made the commit and then died, the commit is found by its trailer and reused.
@@ -278,7 +287,9 @@ pub fn execute(
     consent(audit, id, target, &proposal, *force)?;
     // Verified again, not just re-read: the bytes committed are checked against this manifest.
     let manifest = verified_manifest(stage, audit, id)?;
-    let (commit, recovered) = match find_recovered(target, id)? {
+    let digest = selection_digest(&manifest, &proposal);
+    let status = stage.status(id)?;
+    let (commit, recovered) = match find_recovered(target, id, digest.as_deref(), &status)? {
         Some(oid) => (oid, true),
         None => {
             if proposal.files.iter().all(|f| f.change == Change::Unchanged) {
@@ -299,28 +310,35 @@ pub fn execute(
             );
         })?;
     }
-    stage.transition_locked(
-        &mut lock,
-        id,
-        &Status::Pushed {
-            commit: commit.to_string(),
-            branch: target.branch.clone(),
-            at: audit::now(),
-        },
-    )?;
-    let pushed = Pushed {
-        staged: id.to_string(),
+    let record = PushRecord {
+        files: proposal
+            .files
+            .iter()
+            .map(|f| f.staged_path.clone())
+            .collect(),
         commit: commit.to_string(),
         branch: target.branch.clone(),
+        repo: proposal.repo.clone(),
         remote: remote.map(str::to_string),
-        recovered,
+        at: audit::now(),
     };
+    let all: Vec<String> = manifest.files.iter().map(|f| f.path.clone()).collect();
+    let next = stage.record_push_locked(&mut lock, id, record.clone(), &all)?;
+    let left = all.len() - next.pushed_files().len();
     audit.record(
         Some(&manifest.session),
         "stage.pushed",
-        json!({ "staged": id, "commit": pushed.commit, "branch": pushed.branch, "repo": proposal.repo, "remote": pushed.remote, "recovered": recovered, "files": proposal.files.len() }),
+        json!({ "staged": id, "commit": record.commit, "branch": record.branch, "repo": record.repo, "remote": record.remote, "recovered": recovered, "files": record.files.len(), "paths": record.files, "partial": left > 0, "left": left }),
     )?;
-    Ok(pushed)
+    Ok(Pushed {
+        staged: id.to_string(),
+        commit: record.commit,
+        branch: record.branch,
+        remote: record.remote,
+        recovered,
+        files: record.files.len(),
+        left,
+    })
 }
 
 /// Refuses a push the person has not consented to: one over paths the branch changed since the
@@ -357,19 +375,32 @@ fn consent(
     Ok(())
 }
 
-/// A commit on the branch that already carries this staged commit's trailer.
-fn find_recovered(target: &Target, id: &str) -> Result<Option<Oid>, PushError> {
+/// A commit on the branch left by an interrupted push of this very selection: it carries this
+/// staged commit's trailer and the selection's (none for a whole push), and no recorded push
+/// made it (a recorded part is done, not to be reused for the next part).
+fn find_recovered(
+    target: &Target,
+    id: &str,
+    digest: Option<&str>,
+    status: &Status,
+) -> Result<Option<Oid>, PushError> {
     let Some(tip) = target.tip()? else {
         return Ok(None);
     };
     let needle = format!("{TRAILER_STAGED}: {id}");
+    let part = digest.map(|d| format!("{TRAILER_SELECTION}: {d}"));
+    let recorded: Vec<&str> = status.pushes().iter().map(|p| p.commit.as_str()).collect();
     let mut commit = Some(tip);
     for _ in 0..RECOVERY_DEPTH {
         let Some(c) = commit else { break };
-        if c.message()
-            .unwrap_or("")
-            .lines()
-            .any(|l| l.trim() == needle)
+        let lines: Vec<&str> = c.message().unwrap_or("").lines().map(str::trim).collect();
+        let selection = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{TRAILER_SELECTION}:")))
+            .copied();
+        if lines.contains(&needle.as_str())
+            && selection == part.as_deref()
+            && !recorded.contains(&c.id().to_string().as_str())
         {
             return Ok(Some(c.id()));
         }
@@ -485,88 +516,6 @@ fn move_branch(target: &Target, id: &str, oid: Oid) -> Result<Oid, PushError> {
     }
 }
 
-/// How many input names a default subject lists before cutting with "…".
-const SUBJECT_NAMES: usize = 3;
-
-/// The default subject: the session's inputs, so `git log --oneline` tells sessions apart
-/// ("golem: 3 inputs: a.pdf, b.html, c.md", "golem: folder docs (329 inputs)"). Names are
-/// escaped to one inert line, as everything quoted from an input is.
-pub fn subject(inputs: &[crate::intake::InputRecord]) -> String {
-    let name = |n: &str| crate::render::line(n);
-    let folder = inputs
-        .first()
-        .and_then(|i| i.name.split_once('/'))
-        .map(|(f, _)| f);
-    match (inputs, folder) {
-        ([], _) => "golem: a golem-orch session".to_string(),
-        ([one], None) => format!("golem: {}", name(&one.name)),
-        (_, Some(f))
-            if inputs
-                .iter()
-                .all(|i| i.name.split_once('/').is_some_and(|(g, _)| g == f)) =>
-        {
-            format!("golem: folder {} ({} inputs)", name(f), inputs.len())
-        }
-        _ => {
-            let shown: Vec<String> = inputs
-                .iter()
-                .take(SUBJECT_NAMES)
-                .map(|i| name(&i.name))
-                .collect();
-            let more = if inputs.len() > SUBJECT_NAMES {
-                ", …"
-            } else {
-                ""
-            };
-            format!("golem: {} inputs: {}{more}", inputs.len(), shown.join(", "))
-        }
-    }
-}
-
-/// The commit message: the person's summary (or a default), then provenance trailers.
-pub fn commit_message(
-    manifest: &Manifest,
-    manifest_sha256: &str,
-    proposal: &Proposal,
-    message: Option<&str>,
-) -> String {
-    let changed = proposal
-        .files
-        .iter()
-        .filter(|f| f.change != Change::Unchanged)
-        .count();
-    let mut text = match message {
-        Some(m) if !m.trim().is_empty() => m.trim_end().to_string(),
-        _ => format!("{} ({changed} file(s))", subject(&manifest.inputs)),
-    };
-    text.push_str("\n\n");
-    let mut trailer = |k: &str, v: &str| {
-        // Trailer values come from the manifest; keep each on one line.
-        text.push_str(&format!("{k}: {}\n", v.replace(['\n', '\r'], " ")));
-    };
-    trailer(TRAILER_STAGED, &manifest.id);
-    trailer("Golem-Session", &manifest.session);
-    trailer("Golem-Trust-Level", manifest.trust_level.as_str());
-    trailer(
-        "Golem-Image",
-        &format!("{} {}", manifest.image, manifest.image_id),
-    );
-    for input in manifest.inputs.iter().take(100) {
-        trailer(
-            "Golem-Input-Sha256",
-            &format!("{} {}", input.sha256, input.name),
-        );
-    }
-    if manifest.inputs.len() > 100 {
-        trailer(
-            "Golem-Inputs-Omitted",
-            &(manifest.inputs.len() - 100).to_string(),
-        );
-    }
-    trailer("Golem-Manifest-Sha256", manifest_sha256);
-    text
-}
-
 /// Pushes the branch with the host's own credentials (ssh-agent, git credential helpers), with a
 /// bounded number of attempts and the remote's verdict on the ref checked.
 fn push_remote(target: &Target, name: &str) -> Result<(), PushError> {
@@ -622,62 +571,42 @@ fn push_remote(target: &Target, name: &str) -> Result<(), PushError> {
     }
 }
 
-/// Marks a pending staged commit discarded (its files stay on disk until `gc`-style cleanup by a person).
-pub fn discard(stage: &Stage, audit: &Audit, id: &str) -> Result<(), PushError> {
-    stage.transition(id, &Status::Discarded { at: audit::now() })?;
-    let session = stage
-        .manifest(id)
-        .map(|m| m.session)
-        .unwrap_or_else(|_| id.to_string());
-    audit.record(Some(&session), "stage.discarded", json!({ "staged": id }))?;
-    Ok(())
+/// What a discard threw away.
+#[derive(Debug, Clone, Serialize)]
+pub struct Discarded {
+    /// Staged files discarded (not pushed).
+    pub discarded: usize,
+    /// Staged files an earlier partial push had already committed (they stay in their commits).
+    pub already_pushed: usize,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::intake::InputRecord;
-
-    fn inputs(names: &[&str]) -> Vec<InputRecord> {
-        names
-            .iter()
-            .map(|n| InputRecord {
-                source: format!("/home/p/{n}"),
-                name: n.to_string(),
-                size: 1,
-                sha256: "0".repeat(64),
-                hops: vec![],
-                final_url: None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_subject_names_the_inputs_or_the_folder() {
-        assert_eq!(subject(&inputs(&["a.pdf"])), "golem: a.pdf");
-        assert_eq!(
-            subject(&inputs(&["a.pdf", "b.html", "c.md"])),
-            "golem: 3 inputs: a.pdf, b.html, c.md"
-        );
-        assert_eq!(
-            subject(&inputs(&["a.pdf", "b.html", "c.md", "d.csv"])),
-            "golem: 4 inputs: a.pdf, b.html, c.md, …"
-        );
-        assert_eq!(
-            subject(&inputs(&["docs/a.pdf", "docs/sub/b.md"])),
-            "golem: folder docs (2 inputs)"
-        );
-        assert_eq!(
-            subject(&inputs(&["docs/a.pdf", "x.md"])),
-            "golem: 2 inputs: docs/a.pdf, x.md"
-        );
-        assert_eq!(subject(&[]), "golem: a golem-orch session");
-    }
-
-    #[test]
-    fn names_in_the_subject_are_one_inert_line() {
-        let s = subject(&inputs(&["a\nb\u{1b}[8m.md"]));
-        assert!(!s.contains('\n') && !s.contains('\u{1b}'), "{s}");
-        assert!(s.starts_with("golem: a\\nb"), "{s}");
-    }
+/// Marks a pending or partly pushed staged commit discarded: the files not pushed yet are never
+/// pushed; what was pushed stays recorded (its files stay on disk until `gc`-style cleanup by a
+/// person).
+pub fn discard(stage: &Stage, audit: &Audit, id: &str) -> Result<Discarded, PushError> {
+    let mut lock = stage.lock()?;
+    let current = stage.status(id)?;
+    let pushes = current.pushes().to_vec();
+    stage.transition_locked(
+        &mut lock,
+        id,
+        &Status::Discarded {
+            at: audit::now(),
+            pushes,
+        },
+    )?;
+    let manifest = stage.manifest(id).ok();
+    let already_pushed = current.pushed_files().len();
+    let total = manifest.as_ref().map_or(already_pushed, |m| m.files.len());
+    let session = manifest.map_or_else(|| id.to_string(), |m| m.session);
+    let done = Discarded {
+        discarded: total.saturating_sub(already_pushed),
+        already_pushed,
+    };
+    audit.record(
+        Some(&session),
+        "stage.discarded",
+        json!({ "staged": id, "discarded": done.discarded, "already_pushed": done.already_pushed }),
+    )?;
+    Ok(done)
 }

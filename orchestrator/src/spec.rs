@@ -82,6 +82,10 @@ pub struct RunSpec {
     /// the batch record so `--resume` goes on with what the documents left of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_model_budget: Option<u64>,
+    /// `--strict`: a symbolic link inside an input folder fails the session (or, in a batch,
+    /// the listing) instead of being skipped and listed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
 }
 
 impl RunSpec {
@@ -104,6 +108,7 @@ impl RunSpec {
             model: None,
             model_budget: None,
             batch_model_budget: None,
+            strict: false,
         }
     }
 }
@@ -495,7 +500,35 @@ impl RunSpec {
         policy::narrow_input(&mut opts.policy, self.max_input)?;
         opts.intake.max_total_bytes = opts.policy.input.max_total_bytes.bytes();
         opts.intake.allow_private = self.allow_private_urls;
+        opts.intake.strict = self.strict;
         Ok(())
+    }
+}
+
+/// How many inputs golem-worker's `report` and `text` process in one session: their
+/// `--max-inputs` default. The rest are listed in the worker's index as not processed, and the
+/// worker exits 1; `run` says how many and points to `batch`, which runs one container per file.
+pub const WORKER_MAX_INPUTS: usize = 100;
+
+/// The most inputs the worker `opts` runs processes in one session, where golem-orch knows it
+/// from its own definition rather than from the worker's output: golem-worker's `report` and
+/// `text`, with their `--max-inputs` (default [`WORKER_MAX_INPUTS`]). `None` for a person's
+/// image or any other command.
+pub fn max_inputs(opts: &RunOptions) -> Option<usize> {
+    if opts.image.is_some() {
+        return None;
+    }
+    let command = if opts.command.is_empty() {
+        session::default_command()
+    } else {
+        opts.command.clone()
+    };
+    if !matches!(command.first().map(String::as_str), Some("report" | "text")) {
+        return None;
+    }
+    match command.iter().position(|a| a == "--max-inputs") {
+        Some(i) => command.get(i + 1).and_then(|n| n.parse().ok()),
+        None => Some(WORKER_MAX_INPUTS),
     }
 }
 

@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::extract::{ExtractedFile, Rejected};
-use crate::home::write_atomic;
 use crate::intake::InputRecord;
 use crate::owner::{Liveness, Owner};
 use crate::policy::TrustLevel;
 use crate::warnings::WarningSummary;
+
+mod status;
+pub use status::{PushRecord, Status};
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.json";
@@ -50,6 +52,10 @@ pub struct Manifest {
     pub exit_code: Option<i64>,
     /// What went in.
     pub inputs: Vec<InputRecord>,
+    /// Links inside input folders that were left out, never followed (the worker never saw
+    /// them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<crate::intake::Skipped>,
     /// What came out and was accepted.
     pub files: Vec<ExtractedFile>,
     /// What came out and was refused, with why.
@@ -91,39 +97,6 @@ pub struct ModelRecord {
     pub honeytoken_seen: bool,
 }
 
-/// What a person decided about a staged commit; moves forward only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum Status {
-    /// Waiting for review.
-    Pending,
-    /// Committed into a repository.
-    Pushed {
-        /// The commit id.
-        commit: String,
-        /// The branch it was committed on.
-        branch: String,
-        /// When.
-        at: String,
-    },
-    /// Thrown away.
-    Discarded {
-        /// When.
-        at: String,
-    },
-}
-
-impl Status {
-    /// The one-word form for listings.
-    pub fn word(&self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Pushed { .. } => "pushed",
-            Status::Discarded { .. } => "discarded",
-        }
-    }
-}
-
 /// One line of `golem-orch staged`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -139,8 +112,10 @@ pub struct Summary {
     pub rejected: u64,
     /// When staged.
     pub created_at: String,
-    /// pending, pushed or discarded.
+    /// pending, partial, pushed, discarded or merged.
     pub status: String,
+    /// How many files are already pushed (a partial staged commit has some, not all).
+    pub pushed_files: usize,
     /// Trust level.
     pub trust_level: TrustLevel,
     /// The first input's source.
@@ -189,7 +164,7 @@ pub enum StageError {
     },
     /// A status change that would move backwards or sideways.
     #[error(
-        "staged commit {id} is already {status}; only a pending staged commit can be {wanted}"
+        "staged commit {id} is already {status}; only a pending or partly pushed staged commit can be {wanted}"
     )]
     NotPending {
         /// Staged commit id.
@@ -278,6 +253,7 @@ impl Stage {
                 rejected: m.rejected.len() as u64 + m.rejected_omitted,
                 created_at: m.created_at.clone(),
                 status: status.word().to_string(),
+                pushed_files: status.pushed_files().len(),
                 trust_level: m.trust_level,
                 source: m
                     .inputs
@@ -289,9 +265,10 @@ impl Stage {
                 id: m.id,
             });
         }
+        let waiting = |s: &Summary| s.status == "pending" || s.status == "partial";
         out.sort_by(|a, b| {
-            (a.status != "pending")
-                .cmp(&(b.status != "pending"))
+            (!waiting(a))
+                .cmp(&!waiting(b))
                 .then_with(|| b.created_at.cmp(&a.created_at))
         });
         Ok(out)
@@ -299,6 +276,12 @@ impl Stage {
 
     /// Removes temporary directories whose building process is gone (after a crash).
     pub fn remove_orphans(&self) -> Result<Vec<String>, StageError> {
+        self.orphans(true)
+    }
+
+    /// The temporary directories whose building process is gone, removed when `remove`
+    /// (`gc --dry-run` only lists them).
+    pub fn orphans(&self, remove: bool) -> Result<Vec<String>, StageError> {
         let mut removed = Vec::new();
         for entry in std::fs::read_dir(&self.root).map_err(io(&self.root))? {
             let entry = entry.map_err(io(&self.root))?;
@@ -319,7 +302,9 @@ impl Stage {
                     .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
             };
             if dead {
-                std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+                if remove {
+                    std::fs::remove_dir_all(entry.path()).map_err(io(&entry.path()))?;
+                }
                 removed.push(name);
             }
         }
@@ -452,31 +437,6 @@ impl Stage {
         Ok(data)
     }
 
-    /// Moves a pending staged commit to `next` under the stage lock; any other current status is refused.
-    pub fn transition(&self, id: &str, next: &Status) -> Result<(), StageError> {
-        let mut lock = self.lock()?;
-        self.transition_locked(&mut lock, id, next)
-    }
-
-    /// [`Stage::transition`] for a caller that already holds the stage lock (flock is per open
-    /// file, so taking it twice in one process would deadlock).
-    pub fn transition_locked(
-        &self,
-        _held: &mut crate::home::FileLock,
-        id: &str,
-        next: &Status,
-    ) -> Result<(), StageError> {
-        let current = self.status(id)?;
-        if current != Status::Pending {
-            return Err(StageError::NotPending {
-                id: id.to_string(),
-                status: current.word().to_string(),
-                wanted: next.word().to_string(),
-            });
-        }
-        write_status(self, id, next)
-    }
-
     /// The stage-wide lock that serialises status changes and pushes.
     pub fn lock(&self) -> Result<crate::home::FileLock, StageError> {
         use std::os::unix::fs::OpenOptionsExt;
@@ -491,13 +451,6 @@ impl Stage {
         )
         .map_err(io(&path))
     }
-}
-
-/// Writes a status atomically (callers hold the stage lock; use [`Stage::transition`]).
-fn write_status(stage: &Stage, id: &str, status: &Status) -> Result<(), StageError> {
-    let path = stage.dir(id).join(STATUS);
-    let json = to_json(&path, status)?;
-    write_atomic(&path, &json).map_err(io(&path))
 }
 
 /// A staged commit under construction; dropped without [`Building::commit`], it disappears.
@@ -676,6 +629,7 @@ mod tests {
             command: vec!["report".into()],
             exit_code: Some(0),
             inputs: vec![],
+            skipped: vec![],
             files: vec![ExtractedFile {
                 path: "a.txt".into(),
                 size: 1,
@@ -760,7 +714,13 @@ mod tests {
             .unwrap();
         assert_eq!(stage.status("eeee").unwrap(), Status::Pending);
         stage
-            .transition("eeee", &Status::Discarded { at: "now".into() })
+            .transition(
+                "eeee",
+                &Status::Discarded {
+                    at: "now".into(),
+                    pushes: vec![],
+                },
+            )
             .unwrap();
         assert_eq!(stage.status("eeee").unwrap().word(), "discarded");
         let again = stage.transition(
@@ -769,6 +729,7 @@ mod tests {
                 commit: "c".into(),
                 branch: "b".into(),
                 at: "now".into(),
+                pushes: vec![],
             },
         );
         assert!(

@@ -196,6 +196,7 @@ mod tests {
             command: Vec::new(),
             exit_code: Some(0),
             inputs: Vec::new(),
+            skipped: Vec::new(),
             files: Vec::new(),
             rejected: Vec::new(),
             rejected_omitted: 0,

@@ -221,15 +221,85 @@ fn a_batch_can_stage_as_one_commit_with_a_folder_per_document() {
             && paths.iter().any(|p| p.starts_with("b.txt/")),
         "{paths:?}"
     );
-    // Only the combined commit is pending; it can be pushed like any other.
+    // A top index lists each document, its folder (linked), its status and its files.
+    assert!(paths.contains(&"index.md"), "{paths:?}");
+    let index = std::fs::read_to_string(g.staged_files(&staged).join("index.md")).unwrap();
+    assert!(
+        index.contains("2 document(s); 2 staged in this commit")
+            && index.contains("| [a.txt](./a.txt/) | staged |")
+            && index.contains("| [b.txt](./b.txt/) | staged |")
+            && index.contains("docs/b.txt"),
+        "{index}"
+    );
+    // Only the combined commit is pending; the per-document sessions stay listed as merged
+    // into it (not discarded), and are not pushable on their own.
     let (list, _) = g.json(["staged", "--json"]);
-    let pending: Vec<&Value> = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["status"] == "pending")
-        .collect();
+    let by_status = |status: &str| -> Vec<Value> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["status"] == status)
+            .cloned()
+            .collect()
+    };
+    let pending = by_status("pending");
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0]["id"], staged.as_str());
+    let merged = by_status("merged");
+    assert_eq!(merged.len(), 2, "{list}");
+    assert!(by_status("discarded").is_empty(), "{list}");
+    let part = merged[0]["id"].as_str().unwrap();
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(g.home.join("staged").join(part).join("status.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["into"], staged.as_str(), "{status}");
+    g.git_repo(&[], &[crate::harness::IGNORE_GOLEM]);
+    let out = g.output(["push", part, "--yes"]);
+    assert!(!out.status.success());
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("already merged") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let (pushed, code) = g.json(["push", &staged, "--yes", "--json"]);
+    assert_eq!(code, 0, "{pushed}");
+    let tree = g.git(&["ls-tree", "--name-only", pushed["branch"].as_str().unwrap()]);
+    assert!(tree.lines().any(|l| l == "index.md"), "{tree}");
+    g.assert_clean();
+}
+
+#[test]
+fn the_stage_as_one_index_escapes_document_names_and_lists_failed_documents() {
+    let g = Golem::new();
+    // A name that would be a link and a table cell break in raw Markdown; and one that fails.
+    g.file("docs/x](javascript:alert(1))|*.txt", "exit 0");
+    g.file("docs/failing.txt", "exit 4");
+    g.file("docs/index.md", "exit 0");
+    let (result, code) = g.json([
+        "batch",
+        "--json",
+        "--stage-as-one",
+        "--image",
+        hostile_image(),
+        "docs",
+        "--",
+        "from-input",
+    ]);
+    assert_eq!(code, 1, "{result}");
+    let staged = result["staged"].as_str().expect("one staged commit");
+    let index = std::fs::read_to_string(g.staged_files(staged).join("index.md")).unwrap();
+    // The source is plain text in its cell: no link, no cell break, no emphasis.
+    assert!(
+        index.contains("| docs/x\\](javascript:alert(1))\\|\\*.txt | [x\\_\\_javascript"),
+        "{index}"
+    );
+    assert!(
+        index.contains("](./x__javascript_alert_1____.txt/) | staged | 1 |"),
+        "{index}"
+    );
+    assert!(index.contains("| partial |"), "{index}");
+    // A document named index.md gets a folder of its own, not the index's name.
+    assert!(index.contains("[index.md-2](./index.md-2/)"), "{index}");
     g.assert_clean();
 }

@@ -344,3 +344,237 @@ fn push_can_continue_to_a_remote() {
         retry["commit"].as_str().unwrap()
     );
 }
+
+#[test]
+fn a_partial_push_leaves_the_rest_pending_and_a_second_push_commits_exactly_the_rest() {
+    let g = Golem::new();
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let id = stage_report(&g, "untrusted");
+    let branch = ["--branch", "golem/part"];
+    let push = |extra: &[&str]| {
+        let mut args = vec!["push", id.as_str(), "--yes", "--json"];
+        args.extend_from_slice(&branch);
+        args.extend_from_slice(extra);
+        g.json(args)
+    };
+
+    // The person pushes only the report they read.
+    let (first, code) = push(&["--only", "letter.txt.md"]);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(
+        (first["files"].as_u64(), first["left"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert_eq!(
+        g.git(&["diff", "--name-status", "main", "golem/part"]),
+        "A\tletter.txt.md"
+    );
+    let listed = g.staged();
+    assert_eq!(listed[0]["status"], "partial", "{listed:?}");
+    assert_eq!(listed[0]["pushed_files"], 1);
+    let out = g.output(["staged"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("partial"));
+    let (shown, _) = g.json(["show", &id, "--json"]);
+    assert_eq!(shown["status"], "partial");
+    assert_eq!(
+        shown["pushes"][0]["files"],
+        serde_json::json!(["letter.txt.md"])
+    );
+    assert_eq!(shown["pushes"][0]["commit"], first["commit"]);
+    assert_eq!(shown["pushes"][0]["branch"], "golem/part");
+    assert_eq!(shown["left"].as_array().map(Vec::len), Some(3), "{shown}");
+    let text = String::from_utf8_lossy(&g.output(["show", &id]).stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "pushed   {} on golem/part",
+            first["commit"].as_str().unwrap()
+        )) && text.contains("  1 file(s):\n    letter.txt.md\n")
+            && text.contains("left     3 of 4 file(s)"),
+        "{text}"
+    );
+
+    let (diff, _) = g.json(["diff", &id, "--branch", "golem/part", "--json"]);
+    assert_eq!(
+        diff["files"].as_array().map(Vec::len),
+        Some(3),
+        "the files left"
+    );
+
+    // The same file again is refused in one line; nothing moves.
+    let again = g.output([
+        "push",
+        &id,
+        "--yes",
+        "--branch",
+        "golem/part",
+        "--only",
+        "letter.txt.md",
+    ]);
+    let err = stderr_text(&again);
+    assert!(!again.status.success());
+    assert!(
+        err.contains("already pushed") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(
+        g.git(&["rev-parse", "golem/part"]),
+        first["commit"].as_str().unwrap()
+    );
+
+    // A push without --only pushes exactly the rest, as a second commit.
+    let (second, code) = push(&[]);
+    assert_eq!(code, 0, "{second}");
+    assert_eq!(
+        (second["files"].as_u64(), second["left"].as_u64()),
+        (Some(3), Some(0))
+    );
+    assert_eq!(
+        g.git(&["diff", "--name-status", "golem/part^", "golem/part"]),
+        "A\tindex.json\nA\tindex.md\nA\tletter.txt.json"
+    );
+    assert_eq!(
+        g.git(&["rev-parse", "golem/part^"]),
+        first["commit"].as_str().unwrap()
+    );
+    assert_eq!(g.git(&["rev-list", "--count", "main..golem/part"]), "2");
+    for commit in ["golem/part", "golem/part^"] {
+        let message = g.git(&["log", "-1", "--format=%B", commit]);
+        assert!(
+            message.contains(&format!("Golem-Staged: {id}")),
+            "{message}"
+        );
+        assert!(message.contains("Golem-Staged-Selection: "), "{message}");
+    }
+    assert_eq!(g.staged()[0]["status"], "pushed");
+    let (shown, _) = g.json(["show", &id, "--json"]);
+    assert_eq!(shown["pushes"].as_array().map(Vec::len), Some(2));
+    assert_eq!(shown["pushed"]["commit"], second["commit"]);
+    assert_eq!(shown["left"], serde_json::json!([]));
+    let (diff, _) = g.json(["diff", &id, "--branch", "golem/part", "--json"]);
+    assert!(
+        diff["files"]
+            .as_array()
+            .is_some_and(|f| f.len() == 4 && f.iter().all(|f| f["change"] == "unchanged")),
+        "a pushed commit diffs whole: {diff}"
+    );
+
+    // A third push is refused in one line.
+    let third = g.output(["push", &id, "--yes", "--branch", "golem/part"]);
+    let err = stderr_text(&third);
+    assert!(!third.status.success());
+    assert!(
+        err.contains("already pushed") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let pushes: Vec<Value> = g
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "stage.pushed" && r["data"]["staged"] == id.as_str())
+        .collect();
+    assert_eq!(pushes.len(), 2);
+    assert_eq!(
+        pushes[0]["data"]["paths"],
+        serde_json::json!(["letter.txt.md"])
+    );
+    assert_eq!(pushes[0]["data"]["partial"], true);
+    assert_eq!(pushes[1]["data"]["partial"], false);
+}
+
+#[test]
+fn discarding_a_partly_pushed_commit_discards_the_rest_and_keeps_the_record() {
+    let g = Golem::new();
+    g.git_repo(&[], &[IGNORE_GOLEM]);
+    let id = stage_report(&g, "untrusted");
+    let (first, code) = g.json(["push", &id, "--yes", "--json", "--only", "index.md"]);
+    assert_eq!(code, 0, "{first}");
+    let (d, code) = g.json(["discard", &id, "--yes", "--json"]);
+    assert_eq!(code, 0, "{d}");
+    assert_eq!(
+        (d["discarded"].as_u64(), d["already_pushed"].as_u64()),
+        (Some(3), Some(1))
+    );
+    let out = g.output(["discard", &id, "--yes"]);
+    assert!(!out.status.success() && stderr_text(&out).contains("already discarded"));
+    let (shown, _) = g.json(["show", &id, "--json"]);
+    assert_eq!(shown["status"], "discarded");
+    assert_eq!(shown["pushes"][0]["commit"], first["commit"]);
+    let out = g.output(["push", &id, "--yes"]);
+    assert!(
+        !out.status.success() && stderr_text(&out).contains("already discarded"),
+        "{}",
+        stderr_text(&out)
+    );
+    assert!(g.audit().iter().any(|r| r["event"] == "stage.discarded"
+        && r["data"]["discarded"] == 3
+        && r["data"]["already_pushed"] == 1));
+}
+
+#[test]
+fn a_partial_push_interrupted_at_the_remote_is_recovered_and_the_rest_is_a_new_commit() {
+    let g = Golem::new();
+    g.git_repo(&[], &[IGNORE_GOLEM, ("README.md", "project\n")]);
+    let remote = tempfile::tempdir().unwrap();
+    git(remote.path(), &["init", "-q", "--bare"]);
+    let dir = g.project.path();
+    git(
+        dir,
+        &["remote", "add", "origin", remote.path().to_str().unwrap()],
+    );
+    let id = stage_report(&g, "untrusted");
+    let branch = format!("golem/{}", &id[..12]);
+    // The remote already holds the branch with unrelated history: the first push commits
+    // locally, then the remote refuses it.
+    git(dir, &["checkout", "-q", "--orphan", "unrelated"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", "unrelated"]);
+    git(
+        dir,
+        &[
+            "push",
+            "-q",
+            "origin",
+            &format!("unrelated:refs/heads/{branch}"),
+        ],
+    );
+    git(dir, &["checkout", "-q", "-f", "main"]);
+    let only = ["--only", "letter.txt.md"];
+    let push = |extra: &[&str]| {
+        let mut args = vec!["push", id.as_str(), "--yes", "--json", "--remote", "origin"];
+        args.extend_from_slice(extra);
+        g.json(args)
+    };
+    let out = g.output([
+        "push",
+        &id,
+        "--yes",
+        "--remote",
+        "origin",
+        "--only",
+        "letter.txt.md",
+    ]);
+    assert!(!out.status.success(), "the remote must refuse");
+    assert_eq!(g.staged()[0]["status"], "pending");
+
+    // The retry of the same selection reuses that commit.
+    git(
+        remote.path(),
+        &["update-ref", "-d", &format!("refs/heads/{branch}")],
+    );
+    let (first, code) = push(&only);
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["recovered"], true, "{first}");
+    assert_eq!(g.staged()[0]["status"], "partial");
+    // The rest is not mistaken for that recorded part: it is a commit of its own.
+    let (rest, code) = push(&[]);
+    assert_eq!(code, 0, "{rest}");
+    assert_eq!(rest["recovered"], false, "{rest}");
+    assert_ne!(rest["commit"], first["commit"]);
+    assert_eq!(
+        g.git(&["diff", "--name-status", &format!("{branch}^"), &branch]),
+        "A\tindex.json\nA\tindex.md\nA\tletter.txt.json"
+    );
+    assert_eq!(
+        git(remote.path(), &["rev-parse", &branch]),
+        rest["commit"].as_str().unwrap()
+    );
+    assert_eq!(g.staged()[0]["status"], "pushed");
+}

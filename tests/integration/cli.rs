@@ -153,3 +153,103 @@ fn help_shows_examples_and_gcs_scope() {
     assert!(top.contains("Typical flow:"), "{top}");
     assert!(top.contains("-q, --quiet"), "{top}");
 }
+
+/// The dry runs say what would happen and create nothing: `batch --dry-run` lists the documents
+/// with their folders, the policy and one document's container; `gc --dry-run` lists what it
+/// would remove; `run --dry-run` prints the container. Afterwards the state directory is as it
+/// was (no batch record, session, stage entry or audit line), a state directory that did not
+/// exist still does not, and the engine holds nothing of this test's.
+#[test]
+fn dry_runs_create_nothing_in_the_engine_or_the_state_directory() {
+    use crate::harness::tree;
+    let g = crate::harness::Golem::new();
+    g.file("docs/a.txt", "alpha\n");
+    g.file("docs/sub/b.txt", "beta\n");
+    let docs = g.project.path().join("docs");
+    let before = tree(&g.home);
+
+    let (plan, code) = g.json([
+        "batch".as_ref(),
+        "--dry-run".as_ref(),
+        "--json".as_ref(),
+        "--stage-as-one".as_ref(),
+        "--jobs".as_ref(),
+        "3".as_ref(),
+        "--memory".as_ref(),
+        "256m".as_ref(),
+        docs.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "{plan}");
+    assert_eq!(plan["dry_run"], true);
+    let folders: Vec<&str> = plan["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["folder"].as_str())
+        .collect();
+    assert_eq!(folders, ["a.txt", "sub_b.txt"], "{plan}");
+    assert!(plan["documents"][1]["source"]
+        .as_str()
+        .unwrap()
+        .ends_with("docs/sub/b.txt"));
+    assert_eq!(
+        (plan["jobs"].as_u64(), plan["stage_as_one"].as_bool()),
+        (Some(3), Some(true))
+    );
+    assert_eq!(plan["policy"]["level"], "untrusted", "{plan}");
+    assert_eq!(plan["plan"]["trust_level"], "untrusted", "{plan}");
+    assert!(plan["plan"]["image"]
+        .as_str()
+        .unwrap()
+        .starts_with("golem-worker"));
+    let out = g.output(["batch".as_ref(), "--dry-run".as_ref(), docs.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("dry run: nothing was created\n")
+            && text.contains("2 document(s)")
+            && text.contains("sub_b.txt  <- "),
+        "{text}"
+    );
+
+    let (report, code) = g.json(["gc", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["dry_run"], true, "{report}");
+    // (Other tests' crashed sessions may be listed: gc's scope is the engine.)
+    assert!(report["containers"].is_array(), "{report}");
+    let out = g.output(["gc", "--dry-run"]);
+    assert!(
+        stdout(&out).starts_with("dry run: nothing was removed or changed\n"),
+        "{out:?}"
+    );
+    let (run, code) = g.json([
+        "run".as_ref(),
+        "--dry-run".as_ref(),
+        "--json".as_ref(),
+        docs.as_os_str(),
+    ]);
+    assert_eq!(
+        (code, &run["dry_run"]),
+        (0, &serde_json::json!(true)),
+        "{run}"
+    );
+
+    assert_eq!(
+        tree(&g.home),
+        before,
+        "a dry run changed the state directory"
+    );
+    assert!(!g.home.join("audit.jsonl").exists());
+    g.assert_clean();
+
+    // A state directory that does not exist yet is not created by a dry run.
+    let missing = g.home.join("not-yet");
+    for args in [
+        vec!["gc", "--dry-run"],
+        vec!["batch", "--dry-run", docs.to_str().unwrap()],
+    ] {
+        let out = g.cmd(&args).env("GOLEM_HOME", &missing).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(!missing.exists(), "{args:?} created the state directory");
+    }
+}

@@ -782,3 +782,35 @@ fn an_archive_cut_short_by_the_host_is_the_hosts_failure_not_the_workers() {
         .any(|e| e["event"] == "output.rejected"));
     g.assert_clean();
 }
+
+#[test]
+fn gc_dry_run_lists_what_a_killed_session_left_and_changes_nothing() {
+    let _lock = crash_lock();
+    let g = Golem::new();
+    let id = kill_at(&g, Phase::Staging);
+    let left = g.leftovers();
+    let before = tree(&g.home);
+    let (report, code) = g.json(["gc", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["dry_run"], true, "{report}");
+    let listed = |key: &str, want: &str| {
+        report[key].as_array().unwrap().iter().any(|v| {
+            v.as_str()
+                .is_some_and(|s| s.starts_with(want) || s.contains(want))
+        })
+    };
+    assert!(listed("containers", &left[0]), "{report}");
+    assert!(listed("sessions_failed", &id), "{report}");
+    assert!(listed("stage_orphans", &format!(".tmp-{id}")), "{report}");
+    // Nothing moved: the container, the half stage, the record and the audit log are as they were.
+    assert_eq!(
+        tree(&g.home),
+        before,
+        "gc --dry-run changed the state directory"
+    );
+    assert_eq!(g.leftovers(), left);
+    // The real gc then removes exactly that.
+    let (report, code) = g.json(["gc", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_cleaned_up(&g, &id, Phase::Staging);
+}

@@ -14,6 +14,7 @@ mod clearance;
 mod cli;
 mod crashes;
 mod documents;
+mod folders;
 mod harness;
 mod host_users;
 mod intake_races;

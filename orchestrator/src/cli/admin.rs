@@ -277,12 +277,19 @@ fn runtime_check(p: &policy::Policy, info: &engine::EngineInfo) -> (bool, String
     (!(own_missing && p.runtime_required), detail)
 }
 
-/// `golem-orch gc`: removes what dead orchestrators left behind.
-pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
+/// `golem-orch gc`: removes what dead orchestrators left behind; with `--dry-run` only says
+/// what it would remove (the state directory is not even created).
+pub(super) async fn gc_cmd(home_arg: Option<&Path>, json: bool, dry_run: bool) -> Result<ExitCode> {
     let (engine, _) = engine::connect().await?;
-    let report = gc::collect(&engine, home, gc::Scope::Engine).await?;
+    let report = if dry_run {
+        gc::preview(&engine, &Home::peek(home_arg), gc::Scope::Engine).await?
+    } else {
+        gc::collect(&engine, &super::open_home(home_arg)?, gc::Scope::Engine).await?
+    };
     if json {
         print_json(&report)?;
+    } else if dry_run {
+        gc_preview(&report);
     } else {
         outln!(
             "removed {} container(s), {} volume(s), {} half-staged commit(s); marked {} session(s) failed; left {} live resource(s) alone",
@@ -308,6 +315,35 @@ pub(super) async fn gc_cmd(home: &Home, json: bool) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What `gc --dry-run` would do, each thing by name.
+fn gc_preview(report: &gc::Report) {
+    outln!("dry run: nothing was removed or changed");
+    let lists: [(&str, &[String]); 6] = [
+        ("container(s) to remove", &report.containers),
+        ("volume(s) to remove", &report.volumes),
+        ("session(s) to mark failed", &report.sessions_failed),
+        ("half-staged commit(s) to remove", &report.stage_orphans),
+        (
+            "worker image tag(s) of other builds to remove",
+            &report.images,
+        ),
+        (
+            "init binary(ies) of other builds to remove",
+            &report.init_binaries,
+        ),
+    ];
+    for (what, names) in lists {
+        outln!("{} {what}", names.len());
+        for n in names {
+            outln!("  {}", line(n));
+        }
+    }
+    outln!("{} live resource(s) would be left alone", report.live);
+    for e in &report.errors {
+        outln!("  could not list {}", line(e));
+    }
 }
 
 /// `golem-orch completions SHELL`: the script is generated from the same clap definition the

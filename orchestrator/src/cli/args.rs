@@ -25,7 +25,7 @@ pub(super) enum Command {
         /// Session id or unique prefix.
         session: String,
     },
-    /// List staged commits: pending first, then pushed and discarded.
+    /// List staged commits: waiting ones first (pending, partial), then pushed, discarded and merged.
     Staged(JsonFlag),
     /// Show a staged commit's manifest: provenance, files, rejected entries.
     Show {
@@ -70,7 +70,7 @@ pub(super) enum Command {
         #[arg(long, value_name = "NAME")]
         remote: Option<String>,
     },
-    /// Throw a pending staged commit away (asks first).
+    /// Throw a pending staged commit away, or the files of a partly pushed one not pushed yet (asks first).
     Discard {
         /// Staged commit id or unique prefix.
         id: String,
@@ -97,7 +97,7 @@ pub(super) enum Command {
     /// Remove containers and volumes whose orchestrator died, and mark their sessions failed
     /// (engine-wide for your own state directories; see the scopes below).
     #[command(after_help = GC_HELP)]
-    Gc(JsonFlag),
+    Gc(GcArgs),
     /// Print a shell completion script on stdout (bash, zsh, fish, elvish, powershell).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions {
@@ -150,6 +150,7 @@ session's status changes); the audit log (gc appends to it); your git repositori
 
 Examples:
   golem-orch gc            # after a crash or a reboot: tidy up and say what was removed
+  golem-orch gc --dry-run  # what it would remove and mark failed; nothing changes
   golem-orch gc --json     # {containers, volumes, sessions_failed, ...} for scripts
 
 Exit codes: 0 everything found was removed; 1 something could not be removed (listed) or the
@@ -168,7 +169,12 @@ is golem/<id>, so a push never moves a branch you are working on; pushing to the
 branch is refused. Every staged file is re-hashed against the manifest first, and the manifest
 against the hash the audit log recorded when it was staged: a tampered stage is refused.
 The commit message carries trailers: Golem-Staged, Golem-Session, Golem-Trust-Level, Golem-Image,
-Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256.
+Golem-Input-Sha256 (one per input) and Golem-Manifest-Sha256 (and Golem-Staged-Selection for a
+partial push).
+
+--only PATH... pushes part of a staged commit: it becomes partial, and a later push without
+--only pushes exactly the files not pushed yet; --only of a file already pushed is refused.
+`golem-orch show ID` lists each push and what is left; discard throws the rest away.
 
 Without --yes, push shows what would change and asks [d]iff (through $PAGER) / [y]es / [n]o (with --json and no
 --yes, it prints the proposal and pushes nothing). Files that matter once pushed (CI, git
@@ -180,6 +186,7 @@ Examples:
   golem-orch push ID                                # review, then commit onto golem/<id>
   golem-orch push ID -b docs/summaries --prefix docs -m \"Add summaries\"
   golem-orch push ID --only report.md --yes         # one file, no question (scripts, CI)
+  golem-orch push ID --yes                          # then the rest of it, as a second commit
   golem-orch push ID --remote origin                # then push that branch with your own git credentials";
 
 /// Which repository, branch and files a diff or push is about.
@@ -196,7 +203,7 @@ pub(super) struct TargetArgs {
     /// Directory inside the repository for the staged files (default: the root).
     #[arg(long, value_name = "DIR")]
     pub(super) prefix: Option<String>,
-    /// Only these staged files or directories.
+    /// Only these staged files or directories; the rest stays pending for a later push.
     #[arg(long, value_name = "PATH", num_args = 1..)]
     pub(super) only: Vec<String>,
     #[command(flatten)]
@@ -220,6 +227,17 @@ pub(super) enum PolicyCommand {
     },
 }
 
+/// `gc`'s flags.
+#[derive(Debug, Args, Clone, Copy)]
+pub(super) struct GcArgs {
+    /// List what would be removed (and which sessions marked failed); remove and change
+    /// nothing, create no state directory, audit nothing.
+    #[arg(long)]
+    pub(super) dry_run: bool,
+    #[command(flatten)]
+    pub(super) json: JsonFlag,
+}
+
 #[derive(Debug, Args, Clone, Copy)]
 pub(super) struct JsonFlag {
     /// Machine-readable output.
@@ -235,9 +253,16 @@ The worker sees its inputs read-only at /input and writes to /output; the output
 entry by entry and staged in .golem/staged/<id>/ for review. Use --image IMAGE -- ARGS... to run
 your own local image under the same policy (ARGS replace the image's command, as with docker run).
 
+A symbolic link inside an input folder is never followed: it is skipped and listed (--strict
+fails the session instead, naming it). The report and text workers take at most 100 inputs per
+session; on a larger folder run says how many were not processed: `golem-orch batch DIR` runs one
+container per file.
+
 --json prints one object: {session, status, exit_code, staged, timed_out, oom_killed, files,
-bytes, rejected, error, logs, model, warnings}. status is staged, failed, timeout, oom, rejected or
-cancelled; model ({requests, input_tokens, output_tokens, refused}) only for AI workers.
+bytes, rejected, error, logs, skipped, model, warnings, not_processed, inputs}. status is staged,
+failed, timeout, oom, rejected or cancelled; model ({requests, input_tokens, output_tokens,
+refused}) only for AI workers; not_processed and inputs only when the worker's input limit left
+some out.
 
 AI workers (--worker agent): the container still has no network. It reaches a model only
 through a socket to golem-orch, which holds the key on the host (GOLEM_MODEL_API,
@@ -250,6 +275,7 @@ Examples:
   golem-orch run --untrusted https://example.org/paper.pdf    # a report of one downloaded document
   golem-orch run --untrusted --timeout 30s --memory 256m notes/  # a folder, under lower limits
   golem-orch run --dry-run --json paper.pdf                   # the container it would create
+  golem-orch run --strict inbox/                              # fail on a link inside inbox/
   golem-orch run --image my-parser:local in.xml -- --strict   # your own local image, same policy
 
 Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
@@ -260,7 +286,11 @@ Every file found (directories recursively) and every line of --from FILE (paths 
 lines and # comments ignored) is one document, processed in its own container exactly as
 `golem-orch run` would, with the same trust level, worker and limits. A document that fails,
 times out or runs out of memory is recorded and the others go on. Each document gets its own
-staged commit, or with --stage-as-one the batch gets one, with a folder per document.
+staged commit, or with --stage-as-one the batch gets one, with a folder per document and a top
+index.md listing every document, its folder and status (the per-document commits stay listed
+as merged into it; only the combined one is pushed). Links inside folders are skipped when the
+documents are listed; --strict refuses them. --dry-run prints the documents, their folders, the
+policy and one document's container, and creates nothing.
 
 Ctrl-C stops launching, cancels the running documents (removing their containers) and records
 the batch; `golem-orch batch --resume ID` runs only what did not finish, plus documents that
@@ -278,6 +308,7 @@ Examples:
   golem-orch batch -j 4 manuals/                      # every file in manuals/, four at a time
   golem-orch batch --from urls.txt --stage-as-one     # listed paths or URLs, one staged commit
   golem-orch batch --resume ID                        # finish a cancelled or crashed batch
+  golem-orch batch --dry-run --json docs/             # the documents and container; runs nothing
   golem-orch -q batch --json docs/ > batch.json       # no progress, just the result
 
 Exit codes: 0 every document staged and succeeded; 1 some did not; 130 cancelled.";
@@ -296,8 +327,12 @@ pub(super) struct BatchArgs {
     /// One staged commit for the whole batch, with a folder per document.
     #[arg(long)]
     pub(super) stage_as_one: bool,
+    /// Print what would run (the documents, their folders, the policy and one document's
+    /// container) and start nothing: no batch record, session, container or audit line.
+    #[arg(long)]
+    pub(super) dry_run: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["dry_run", "inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "strict", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
     pub(super) resume: Option<String>,
     /// One model budget for the whole batch: at most TOKENS input and output tokens together,
     /// summed over every document, on top of each session's own budget (AI workers only).
@@ -355,6 +390,10 @@ pub(super) struct IntakeArgs {
     /// intranet. Off by default, so a redirect cannot reach the host's or the network's services.
     #[arg(long)]
     pub(super) allow_private_urls: bool,
+    /// Fail on a symbolic link inside an input folder, naming it, instead of skipping it (a
+    /// link is never followed either way; skipped links are listed in the output and `show`).
+    #[arg(long)]
+    pub(super) strict: bool,
 }
 
 /// The trust level and what to run; shared by `run` and `batch`.
@@ -422,6 +461,7 @@ impl WorkerArgs {
             timeout: self.timeout,
             allow_private_urls: intake.allow_private_urls,
             max_input: intake.max_input,
+            strict: intake.strict,
             task,
             model: self.model.clone(),
             model_budget: self.model_budget,

@@ -22,6 +22,14 @@ pub(super) async fn batch_cmd(
     policy_dir: Option<&Path>,
     args: BatchArgs,
 ) -> Result<ExitCode> {
+    if args.dry_run {
+        return super::run::batch_dry_run(
+            home_arg,
+            policy_dir,
+            &new_record(&args)?,
+            args.json.json,
+        );
+    }
     let home = open_home(home_arg)?;
     let record = match &args.resume {
         Some(id) => batch::load(&home, id)?,
@@ -68,7 +76,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
     if inputs.is_empty() {
         bail!("nothing to process: give files, directories, URLs or --from FILE (see golem-orch batch --help)");
     }
-    let documents = batch::documents(&inputs)?;
+    let documents = batch::documents(&inputs, args.intake.strict)?;
     let mut spec = args.worker.spec(&args.intake, &args.command)?;
     spec.batch_model_budget = args.batch_model_budget;
     let settings = batch::Settings {

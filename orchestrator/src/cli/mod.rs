@@ -199,7 +199,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             command: PolicyCommand::Show { level, json },
         } => admin::policy_show(policy_dir, level, json.json),
         Command::Doctor(j) => admin::doctor(cli.home.as_deref(), policy_dir, j.json).await,
-        Command::Gc(j) => admin::gc_cmd(&open_home(cli.home.as_deref())?, j.json).await,
+        Command::Gc(g) => admin::gc_cmd(cli.home.as_deref(), g.json.json, g.dry_run).await,
         Command::Completions { shell } => admin::completions(shell),
         Command::Man => admin::man(),
         Command::Audit {

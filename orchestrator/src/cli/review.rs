@@ -72,24 +72,14 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         if let Some(pushed) = pushed(home, &id, &status) {
             value["pushed"] = pushed;
         }
+        value["pushes"] = json!(status.pushes());
+        value["left"] = json!(left(&m, &status));
         value["path"] = json!(stage.dir(&id).join(golem_orch::stage::FILES));
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("staged   {}  ({})", line(&m.id), status.word());
-    if let Some(p) = pushed(home, &id, &status) {
-        let text = |k: &str| line(p[k].as_str().unwrap_or("-"));
-        outln!(
-            "pushed   {} on {}  ({})",
-            text("commit"),
-            text("branch"),
-            text("at")
-        );
-        outln!("  into   {}", text("repo"));
-        if p["remote"].is_string() {
-            outln!("  and to remote {}", text("remote"));
-        }
-    }
+    show_pushes(home, &id, &status, &m);
     outln!("session  {}", line(&m.session));
     outln!("created  {}", line(&m.created_at));
     outln!("trust    {}", m.trust_level);
@@ -157,13 +147,25 @@ fn show_warnings(m: &golem_orch::stage::Manifest) {
     }
 }
 
-/// Where a pushed staged commit went: `{commit, branch, at, repo, remote}`. The status record
-/// keeps commit and branch; the repository and remote come from the audit log's `stage.pushed`
-/// event (null when the log has none for it). `None` while not pushed.
+/// Where a pushed staged commit went: `{commit, branch, at, repo, remote}` of its last push. The
+/// status record keeps them; for a status written before pushes were recorded, the repository
+/// and remote come from the audit log's `stage.pushed` event (null when the log has none for
+/// it). `None` while not (wholly) pushed.
 fn pushed(home: &Home, id: &str, status: &golem_orch::stage::Status) -> Option<serde_json::Value> {
-    let golem_orch::stage::Status::Pushed { commit, branch, at } = status else {
+    let golem_orch::stage::Status::Pushed {
+        commit,
+        branch,
+        at,
+        pushes,
+    } = status
+    else {
         return None;
     };
+    if let Some(last) = pushes.last() {
+        return Some(json!({
+            "commit": commit, "branch": branch, "at": at, "repo": last.repo, "remote": last.remote,
+        }));
+    }
     let records = Audit::new(home.audit_path()).read().unwrap_or_default();
     let event = records
         .iter()
@@ -179,6 +181,78 @@ fn pushed(home: &Home, id: &str, status: &golem_orch::stage::Status) -> Option<s
     }))
 }
 
+/// The staged files no push has committed yet (all of them while pending, none once pushed,
+/// discarded with the rest once discarded).
+fn left<'m>(
+    m: &'m golem_orch::stage::Manifest,
+    status: &golem_orch::stage::Status,
+) -> Vec<&'m str> {
+    let done = status.pushed_files();
+    m.files
+        .iter()
+        .map(|f| f.path.as_str())
+        .filter(|p| !done.contains_key(p))
+        .collect()
+}
+
+/// `show`'s pushes: each push (files, commit, branch, repository, remote), then what is left.
+fn show_pushes(
+    home: &Home,
+    id: &str,
+    status: &golem_orch::stage::Status,
+    m: &golem_orch::stage::Manifest,
+) {
+    let pushes = status.pushes();
+    if pushes.is_empty() {
+        // A whole push recorded before pushes were: the audit log says where it went.
+        if let Some(p) = pushed(home, id, status) {
+            let text = |k: &str| line(p[k].as_str().unwrap_or("-"));
+            outln!(
+                "pushed   {} on {}  ({})",
+                text("commit"),
+                text("branch"),
+                text("at")
+            );
+            outln!("  into   {}", text("repo"));
+        }
+        return;
+    }
+    let parts = pushes.len() > 1 || status.word() == "partial";
+    for p in pushes {
+        outln!(
+            "pushed   {} on {}  ({})",
+            line(&p.commit),
+            line(&p.branch),
+            line(&p.at)
+        );
+        outln!("  into   {}", line(&p.repo));
+        if let Some(r) = &p.remote {
+            outln!("  and to remote {}", line(r));
+        }
+        if parts {
+            outln!("  {} file(s):", p.files.len());
+            for f in &p.files {
+                outln!("    {}", line(f));
+            }
+        }
+    }
+    let rest = left(m, status);
+    if status.is_open() && !rest.is_empty() {
+        outln!(
+            "left     {} of {} file(s) not pushed yet (golem-orch push {} pushes them)",
+            rest.len(),
+            m.files.len(),
+            home::short(id)
+        );
+    } else if !rest.is_empty() {
+        outln!(
+            "left     {} file(s) never pushed ({})",
+            rest.len(),
+            status.word()
+        );
+    }
+}
+
 /// `show`'s inputs: hash, size, name, where each came from, and a URL's redirects.
 fn show_inputs(m: &golem_orch::stage::Manifest) {
     outln!("\ninputs ({})", m.inputs.len());
@@ -192,6 +266,12 @@ fn show_inputs(m: &golem_orch::stage::Manifest) {
         );
         if i.hops.len() > 1 {
             outln!("      redirected: {}", i.hops.join(" -> "));
+        }
+    }
+    if !m.skipped.is_empty() {
+        outln!("\nskipped ({}, never followed)", m.skipped.len());
+        for s in &m.skipped {
+            outln!("  {}: {}", line(&s.source), line(&s.reason));
         }
     }
 }
@@ -345,6 +425,14 @@ pub(super) fn push_cmd(
             line(pushed.commit.get(..12).unwrap_or(&pushed.commit)),
             line(&pushed.branch)
         );
+        if pushed.left > 0 {
+            outln!(
+                "  {} file(s) pushed, {} left: golem-orch push {} pushes the rest",
+                pushed.files,
+                pushed.left,
+                home::short(&id)
+            );
+        }
         if let Some(r) = &pushed.remote {
             outln!("  and to remote {}", line(r));
         }
@@ -358,12 +446,21 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
     let stage = Stage::new(home.staged_dir());
     if !yes {
         let m = stage.manifest(&id)?;
-        let question = format!(
-            "discard {} ({} file(s), {})? [y/N]: ",
-            home.staged_prefixes().get(&id),
-            m.files.len(),
-            present::human_bytes(m.bytes)
-        );
+        let pushed = stage.status(&id)?.pushed_files().len();
+        let question = if pushed > 0 {
+            format!(
+                "discard the {} file(s) of {} not pushed yet ({pushed} already pushed stay)? [y/N]: ",
+                m.files.len().saturating_sub(pushed),
+                home.staged_prefixes().get(&id),
+            )
+        } else {
+            format!(
+                "discard {} ({} file(s), {})? [y/N]: ",
+                home.staged_prefixes().get(&id),
+                m.files.len(),
+                present::human_bytes(m.bytes)
+            )
+        };
         match ask(&question).as_deref() {
             None => bail!("discard needs a person's consent: run it on a terminal, or pass --yes"),
             Some("y" | "yes") => {}
@@ -373,9 +470,18 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
             }
         }
     }
-    golem_orch::push::discard(&stage, &Audit::new(home.audit_path()), &id)?;
+    let done = golem_orch::push::discard(&stage, &Audit::new(home.audit_path()), &id)?;
     if json {
-        print_json(&json!({ "staged": id, "status": "discarded" }))?;
+        print_json(
+            &json!({ "staged": id, "status": "discarded", "discarded": done.discarded, "already_pushed": done.already_pushed }),
+        )?;
+    } else if done.already_pushed > 0 {
+        outln!(
+            "discarded the rest of {}: {} file(s) not pushed are discarded; the {} already pushed stay in their commits",
+            home::short(&id),
+            done.discarded,
+            done.already_pushed
+        );
     } else {
         outln!("discarded {}", home.staged_prefixes().get(&id));
     }

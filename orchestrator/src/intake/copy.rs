@@ -48,31 +48,42 @@ impl Budget {
     }
 }
 
+/// What [`copy_dir`] copied (each file's path below the root, size and sha256) and the links
+/// it skipped (their paths below the root), both sorted.
+pub(super) type Copied = (Vec<(String, u64, String)>, Vec<String>);
+
 /// Copies the directory the person named as `src` to `dst`, by fd and no-follow; at most
-/// `max_files` files. Returns each file's path below `src`, size and sha256, sorted.
+/// `max_files` files. A link inside it is skipped and listed, never followed, unless `strict`,
+/// which refuses it.
 pub(super) fn copy_dir(
     src: &Path,
     dst: &Path,
     max_files: usize,
+    strict: bool,
     budget: &mut Budget,
-) -> Result<Vec<(String, u64, String)>, IntakeError> {
+) -> Result<Copied, IntakeError> {
     let mut copy = CopyTree {
         dst,
         out: Vec::new(),
+        links: Vec::new(),
+        strict,
         max_files,
         budget,
     };
     walk_named(src, &mut copy)?;
-    let mut out = copy.out;
+    let (mut out, mut links) = (copy.out, copy.links);
     out.sort();
-    Ok(out)
+    links.sort();
+    Ok((out, links))
 }
 
-/// A directory copy: every directory re-created 0755, every regular file copied, anything
-/// else (a link, a FIFO, a device) refused.
+/// A directory copy: every directory re-created 0755, every regular file copied, a link
+/// skipped (refused when strict), anything else (a FIFO, a device, a socket) refused.
 struct CopyTree<'a> {
     dst: &'a Path,
     out: Vec<(String, u64, String)>,
+    links: Vec<String>,
+    strict: bool,
     max_files: usize,
     budget: &'a mut Budget,
 }
@@ -100,8 +111,15 @@ impl Visitor for CopyTree<'_> {
         Ok(())
     }
 
-    fn refused(&mut self, e: IntakeError) -> Result<(), IntakeError> {
-        Err(e)
+    fn refused(&mut self, e: IntakeError, rel: &[String]) -> Result<(), IntakeError> {
+        match e {
+            // Opened no-follow, so nothing of its target was read: leaving it out is safe.
+            IntakeError::Symlink(_) if !self.strict => {
+                self.links.push(rel.join("/"));
+                Ok(())
+            }
+            e => Err(e),
+        }
     }
 
     fn special(&mut self, path: &Path) -> Result<(), IntakeError> {

@@ -67,6 +67,9 @@ pub struct IntakeLimits {
     /// The person's `--allow-private-urls`: loopback, private and link-local addresses may be
     /// fetched (their own intranet). Off by default.
     pub allow_private: bool,
+    /// The person's `--strict`: a symbolic link inside an input folder fails the session (as it
+    /// did before links were skipped) instead of being skipped and listed. Off by default.
+    pub strict: bool,
 }
 
 impl Default for IntakeLimits {
@@ -78,8 +81,31 @@ impl Default for IntakeLimits {
             max_files: 10_000,
             max_total_bytes: 1 << 30,
             allow_private: false,
+            strict: false,
         }
     }
+}
+
+/// Something inside an input folder that intake left out rather than follow: a symbolic link.
+/// Recorded in the session, the manifest (`skipped`) and the audit log, so a reviewer knows the
+/// worker never saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Where it was on the host, as the person's path (escaped for display).
+    pub source: String,
+    /// The path it would have had under `/input`.
+    pub name: String,
+    /// Why it was left out.
+    pub reason: String,
+}
+
+/// What an intake took in, and what it left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// What went in, in order.
+    pub inputs: Vec<InputRecord>,
+    /// Links inside input folders, never followed (none under `--strict`, which refuses them).
+    pub skipped: Vec<Skipped>,
 }
 
 /// A file's identity on disk, taken when a batch lists it and compared when its turn comes.
@@ -244,16 +270,18 @@ pub(super) fn listed_path(root: &Path, rel: &[String]) -> PathBuf {
     rel.iter().fold(root.to_path_buf(), |p, c| p.join(c))
 }
 
-/// Takes every source into `dest` (an existing empty directory) and returns what was taken, in order.
+/// Takes every source into `dest` (an existing empty directory) and returns what was taken, in
+/// order, and the links inside folders that were left out (see [`IntakeLimits::strict`]).
 pub async fn intake(
     sources: &[Source],
     dest: &Path,
     limits: &IntakeLimits,
-) -> Result<Vec<InputRecord>, IntakeError> {
+) -> Result<Taken, IntakeError> {
     let mut run = Intake {
         dest,
         limits,
         records: Vec::new(),
+        skipped: Vec::new(),
         used: Vec::new(),
         budget: Arc::new(std::sync::Mutex::new(Budget::new(limits.max_total_bytes))),
     };
@@ -269,7 +297,10 @@ pub async fn intake(
             return Err(IntakeError::TooMany(limits.max_files));
         }
     }
-    Ok(run.records)
+    Ok(Taken {
+        inputs: run.records,
+        skipped: run.skipped,
+    })
 }
 
 /// One intake in progress: what was taken so far, the names used under `dest`, and what is
@@ -278,6 +309,7 @@ struct Intake<'a> {
     dest: &'a Path,
     limits: &'a IntakeLimits,
     records: Vec<InputRecord>,
+    skipped: Vec<Skipped>,
     used: Vec<String>,
     budget: Arc<std::sync::Mutex<Budget>>,
 }
@@ -318,13 +350,20 @@ impl Intake<'_> {
     async fn dir(&mut self, path: &Path) -> Result<(), IntakeError> {
         check_components(path)?;
         let name = unique(&mut self.used, checked_name(path)?);
-        let (src, dst, max, budget) = (
+        let (src, dst, max, budget, strict) = (
             path.to_path_buf(),
             self.dest.join(&name),
             self.limits.max_files.saturating_sub(self.records.len()),
             self.budget.clone(),
+            self.limits.strict,
         );
-        let found = blocking(move || copy_dir(&src, &dst, max, &mut lock(&budget))).await?;
+        let (found, links) =
+            blocking(move || copy_dir(&src, &dst, max, strict, &mut lock(&budget))).await?;
+        self.skipped.extend(links.into_iter().map(|rel| Skipped {
+            source: shown(&path.join(&rel)),
+            name: format!("{name}/{rel}"),
+            reason: "symbolic link (never followed; --strict refuses it)".into(),
+        }));
         for (rel, size, sha256) in found {
             self.records.push(InputRecord {
                 source: path.join(&rel).display().to_string(),
@@ -451,6 +490,7 @@ mod tests {
             max_total_bytes: 1 << 20,
             // These tests serve from loopback.
             allow_private: true,
+            strict: false,
         }
     }
 
@@ -459,7 +499,7 @@ mod tests {
         let (base, _server) = serve(respond);
         let dest = tempfile::tempdir().unwrap();
         let src = classify(&[format!("{base}/paper.pdf")]).unwrap();
-        let recs = intake(&src, dest.path(), &limits()).await.unwrap();
+        let recs = intake(&src, dest.path(), &limits()).await.unwrap().inputs;
         assert_eq!(recs[0].name, "paper.pdf");
         assert_eq!(recs[0].size, 19);
         assert_eq!(
@@ -545,7 +585,8 @@ mod tests {
         ];
         let recs = intake(&classify(&args).unwrap(), dest.path(), &limits())
             .await
-            .unwrap();
+            .unwrap()
+            .inputs;
         let names: Vec<_> = recs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["docs/a.txt", "docs/sub/b.txt", "a.txt", "a-2.txt"]);
         assert_eq!(
@@ -559,16 +600,28 @@ mod tests {
     async fn links_inside_directories_and_control_characters_are_refused() {
         let src = tempfile::tempdir().unwrap();
         std::fs::create_dir(src.path().join("d")).unwrap();
+        std::fs::write(src.path().join("d/real.txt"), "real").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", src.path().join("d/passwd")).unwrap();
+        // A link inside a folder is skipped and listed, never followed...
         let dest = tempfile::tempdir().unwrap();
-        let err = intake(
-            &classify(&[src.path().join("d").display().to_string()]).unwrap(),
-            dest.path(),
-            &limits(),
-        )
-        .await
-        .unwrap_err();
+        let dir = classify(&[src.path().join("d").display().to_string()]).unwrap();
+        let taken = intake(&dir, dest.path(), &limits()).await.unwrap();
+        let names: Vec<&str> = taken.inputs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["d/real.txt"]);
+        assert_eq!(taken.skipped.len(), 1, "{taken:?}");
+        assert_eq!(taken.skipped[0].name, "d/passwd");
+        assert!(taken.skipped[0].source.ends_with("d/passwd"));
+        assert!(!dest.path().join("d/passwd").exists());
+        // ...and under --strict it fails the intake, naming it.
+        let strict = IntakeLimits {
+            strict: true,
+            ..limits()
+        };
+        let dest = tempfile::tempdir().unwrap();
+        let err = intake(&dir, dest.path(), &strict).await.unwrap_err();
         assert!(matches!(err, IntakeError::Symlink(_)), "{err}");
+        assert!(err.to_string().contains("d/passwd"), "{err}");
+        std::fs::remove_file(src.path().join("d/real.txt")).unwrap();
 
         // A bad name given directly is refused before anything is copied...
         let bad = src.path().join("evil\nname.txt");
@@ -611,7 +664,7 @@ mod tests {
             err.contains("loopback") && err.contains("--allow-private-urls"),
             "{err}"
         );
-        let recs = intake(&src, dest.path(), &limits()).await.unwrap();
+        let recs = intake(&src, dest.path(), &limits()).await.unwrap().inputs;
         assert_eq!(
             recs[0].hops,
             [format!("{base}/hop"), format!("{base}/paper.pdf")]
@@ -640,7 +693,8 @@ mod tests {
             &limits(),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .inputs;
         let copy = dest.path().join("sparse.bin");
         let (a, b) = (
             std::fs::read(&sparse).unwrap(),
@@ -726,7 +780,7 @@ mod tests {
         std::fs::create_dir(src.path().join("docs")).unwrap();
         std::fs::write(src.path().join("docs/one.txt"), "one").unwrap();
         std::fs::write(src.path().join("secret"), "secret").unwrap();
-        let listed = list_files(&src.path().join("docs")).unwrap();
+        let listed = list_files(&src.path().join("docs"), false).unwrap();
         assert_eq!(listed.len(), 1);
         let (rel, id) = listed[0].clone();
         let source = Source::Listed {

@@ -74,11 +74,12 @@ fn open_error(e: Errno, path: &Path) -> IntakeError {
 }
 
 /// Lists the regular files under the directory `root` for a batch, by fd and no-follow:
-/// links and special files are skipped (intake would refuse them), every name is checked.
-/// Returns each file's components below `root` and its identity, sorted.
-pub fn list_files(root: &Path) -> Result<Vec<(Vec<String>, FileId)>, IntakeError> {
-    /// Keeps regular files, skips everything else.
-    struct Listing(Vec<(Vec<String>, FileId)>);
+/// links and special files are skipped (never followed), every name is checked; under
+/// `strict` a link is an error naming it. Returns each file's components below `root` and its
+/// identity, sorted.
+pub fn list_files(root: &Path, strict: bool) -> Result<Vec<(Vec<String>, FileId)>, IntakeError> {
+    /// Keeps regular files, skips everything else (refuses links when strict).
+    struct Listing(Vec<(Vec<String>, FileId)>, bool);
     impl Visitor for Listing {
         fn file(
             &mut self,
@@ -90,8 +91,9 @@ pub fn list_files(root: &Path) -> Result<Vec<(Vec<String>, FileId)>, IntakeError
             self.0.push((rel.to_vec(), FileId::of(st)));
             Ok(())
         }
-        fn refused(&mut self, e: IntakeError) -> Result<(), IntakeError> {
+        fn refused(&mut self, e: IntakeError, _: &[String]) -> Result<(), IntakeError> {
             match e {
+                IntakeError::Symlink(_) if self.1 => Err(e),
                 IntakeError::Symlink(_) | IntakeError::NotAFile(_) => Ok(()),
                 e => Err(e),
             }
@@ -101,7 +103,7 @@ pub fn list_files(root: &Path) -> Result<Vec<(Vec<String>, FileId)>, IntakeError
         }
     }
     check_components(root)?;
-    let mut listing = Listing(Vec::new());
+    let mut listing = Listing(Vec::new(), strict);
     walk_named(root, &mut listing)?;
     let mut out = listing.0;
     out.sort();
@@ -123,8 +125,9 @@ pub(super) trait Visitor {
         path: &Path,
         rel: &[String],
     ) -> Result<(), IntakeError>;
-    /// An entry that could not be opened (a link, a socket, ...); `Ok` skips it.
-    fn refused(&mut self, e: IntakeError) -> Result<(), IntakeError>;
+    /// An entry at `rel` below the root that could not be opened (a link, a socket, ...); `Ok`
+    /// skips it.
+    fn refused(&mut self, e: IntakeError, rel: &[String]) -> Result<(), IntakeError>;
     /// A FIFO or device (opened without blocking); `Ok` skips it.
     fn special(&mut self, path: &Path) -> Result<(), IntakeError>;
 }
@@ -154,7 +157,10 @@ fn walk(
         let (fd, st) = match open_child(fd, OsStr::new(&name), &child) {
             Ok(x) => x,
             Err(e) => {
-                visitor.refused(e)?;
+                rel.push(name);
+                let skipped = visitor.refused(e, rel);
+                rel.pop();
+                skipped?;
                 continue;
             }
         };

@@ -465,7 +465,8 @@ impl<'a> Session<'a> {
         limits.max_total_bytes = limits
             .max_total_bytes
             .min(self.opts.policy.input.max_total_bytes.bytes());
-        self.record.inputs = intake::intake(&self.opts.sources, &self.input, &limits).await?;
+        let taken = intake::intake(&self.opts.sources, &self.input, &limits).await?;
+        (self.record.inputs, self.record.skipped) = (taken.inputs, taken.skipped);
         self.save()?;
         // One audit line stays small: very large directories are summarised (the session
         // record and the manifest keep the full list).
@@ -475,6 +476,7 @@ impl<'a> Session<'a> {
             json!({
                 "inputs": self.record.inputs.iter().take(AUDITED_INPUTS).collect::<Vec<_>>(),
                 "count": self.record.inputs.len(),
+                "skipped": self.record.skipped.iter().take(AUDITED_INPUTS).collect::<Vec<_>>(),
             }),
         )
     }
@@ -760,6 +762,7 @@ impl<'a> Session<'a> {
             command: self.worker.cmd.clone(),
             exit_code: self.record.exit.code,
             inputs: self.record.inputs.clone(),
+            skipped: self.record.skipped.clone(),
             files: extraction.files.clone(),
             rejected: extraction.rejected.clone(),
             rejected_omitted: extraction.rejected_omitted,

@@ -88,6 +88,9 @@ pub struct Record {
     pub owner: String,
     /// What went in.
     pub inputs: Vec<InputRecord>,
+    /// Links inside input folders left out, never followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<crate::intake::Skipped>,
     /// How the worker ended.
     pub exit: Exit,
     /// The staged commit, when one was made.
@@ -134,6 +137,7 @@ impl Record {
             command: worker.cmd.clone(),
             owner: owner.to_string(),
             inputs: Vec::new(),
+            skipped: Vec::new(),
             exit: Exit::default(),
             staged: None,
             files: 0,
