@@ -86,6 +86,9 @@ pub struct RunSpec {
     /// the listing) instead of being skipped and listed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strict: bool,
+    /// `--runtime NAME`: one of the level's `runtimes`, then required (no fallback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 impl RunSpec {
@@ -109,6 +112,7 @@ impl RunSpec {
             model_budget: None,
             batch_model_budget: None,
             strict: false,
+            runtime: None,
         }
     }
 }
@@ -372,6 +376,9 @@ impl RunSpec {
             def.narrow(&mut effective.policy)?;
         }
         policy::narrow_for_run(&mut effective.policy, self.memory, self.timeout)?;
+        if let Some(runtime) = &self.runtime {
+            effective.policy.choose_runtime(runtime)?;
+        }
         if let Some(task) = &self.task {
             check_task(task)?;
         }

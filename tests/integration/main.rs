@@ -22,6 +22,7 @@ mod model;
 mod policy_narrowing;
 mod refusals;
 mod review;
+mod runtimes;
 mod session;
 mod state_dir;
 mod terminal;

@@ -276,6 +276,7 @@ Examples:
   golem-orch run --untrusted --timeout 30s --memory 256m notes/  # a folder, under lower limits
   golem-orch run --dry-run --json paper.pdf                   # the container it would create
   golem-orch run --strict inbox/                              # fail on a link inside inbox/
+  golem-orch run --runtime runsc paper.pdf                    # under gVisor (see doctor)
   golem-orch run --image my-parser:local in.xml -- --strict   # your own local image, same policy
 
 Exit codes: 0 staged and the worker succeeded; 1 error or failed; 2 bad usage; 3 staged but the
@@ -332,7 +333,7 @@ pub(super) struct BatchArgs {
     #[arg(long)]
     pub(super) dry_run: bool,
     /// Run what an earlier, cancelled or crashed batch did not finish.
-    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["dry_run", "inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "strict", "task", "task_file", "model", "model_budget", "batch_model_budget"])]
+    #[arg(long, value_name = "BATCH_ID", conflicts_with_all = ["dry_run", "inputs", "from", "stage_as_one", "max_input", "allow_private_urls", "strict", "task", "task_file", "model", "model_budget", "batch_model_budget", "runtime"])]
     pub(super) resume: Option<String>,
     /// One model budget for the whole batch: at most TOKENS input and output tokens together,
     /// summed over every document, on top of each session's own budget (AI workers only).
@@ -443,6 +444,10 @@ pub(super) struct WorkerArgs {
     /// tokens (each budget only goes down; see `golem-orch policy show LEVEL`).
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(super) model_budget: Option<u64>,
+    /// Run under this OCI runtime (e.g. runsc for gVisor): one of the level's `runtimes` (see
+    /// `golem-orch policy show LEVEL` and `doctor`); refused when the engine lacks it.
+    #[arg(long, value_name = "NAME")]
+    pub(super) runtime: Option<String>,
 }
 
 impl WorkerArgs {
@@ -465,6 +470,7 @@ impl WorkerArgs {
             task,
             model: self.model.clone(),
             model_budget: self.model_budget,
+            runtime: self.runtime.clone(),
             ..RunSpec::new(self.level().unwrap_or(TrustLevel::Untrusted))
         })
     }
