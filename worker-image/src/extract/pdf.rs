@@ -1,7 +1,7 @@
 //! PDF with lopdf: Info dictionary, page count, outline (bookmarks), text
 //! per page, link annotations, and the active or hidden content a reviewer
 //! must know about (JavaScript, OpenAction, additional actions, Launch,
-//! embedded files, text rendering mode 3).
+//! embedded files, and text a reader does not see: see [`super::pdftext`]).
 //!
 //! lopdf parses object streams and decodes `#xx` escapes in names, so the
 //! warnings come from a walk over every parsed object rather than from a
@@ -9,12 +9,13 @@
 //! cannot be parsed at all does a raw scan of the bytes report what names it
 //! contains.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
-use lopdf::content::Content;
 use lopdf::{decode_text_string, Dictionary, Document, Object, ObjectId};
 
+use super::pdftext::{self, Hidden};
 use super::{cap_chars, Extracted};
+use crate::escape::display_chars;
 use crate::model::{Severity, WarningKind};
 use crate::warnings::Tally;
 
@@ -91,17 +92,20 @@ pub fn extract(bytes: &[u8]) -> Extracted {
     let pages = doc.get_pages();
     ex.pages = Some(pages.len() as u64);
     let mut failed_pages = Vec::new();
-    let mut invisible_pages = Vec::new();
+    let mut hidden = HiddenText::default();
+    let mut cut_pages = Vec::new();
+    let mut glyphs = pdftext::GlyphCache::default();
     for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
-        match doc.extract_text(&[number]) {
-            Ok(text) => {
-                ex.text.push_str(text.trim_end());
+        match pdftext::page_text(&doc, page_id, &mut glyphs) {
+            Ok(page) => {
+                ex.text.push_str(page.text.trim_end());
                 ex.text.push_str("\n\n");
+                hidden.add(number, &page.hidden, &mut ex);
+                if page.ops_cut {
+                    cut_pages.push(number.to_string());
+                }
             }
             Err(e) => failed_pages.push(format!("{number} ({e})")),
-        }
-        if uses_invisible_text(&doc, page_id) {
-            invisible_pages.push(number.to_string());
         }
         annotations(&doc, page_id, &mut ex, &mut tally);
     }
@@ -112,6 +116,17 @@ pub fn extract(bytes: &[u8]) -> Extracted {
             format!(
                 "{} pages; text taken from the first {MAX_PAGES}",
                 pages.len()
+            ),
+        );
+    }
+    if !cut_pages.is_empty() {
+        ex.warn(
+            WarningKind::Limit,
+            Severity::Low,
+            format!(
+                "page(s) {} have more than {} content operations; text and hidden-text checks stop there",
+                list(&cut_pages),
+                pdftext::MAX_OPS
             ),
         );
     }
@@ -131,27 +146,89 @@ pub fn extract(bytes: &[u8]) -> Extracted {
             ),
         );
     }
-    if !invisible_pages.is_empty() {
-        let shown: Vec<&str> = invisible_pages
-            .iter()
-            .take(20)
-            .map(String::as_str)
-            .collect();
-        ex.warn(
-            WarningKind::HiddenText,
-            Severity::Medium,
-            format!(
-                "text drawn invisibly (rendering mode 3) on page(s) {}; it is included in the extracted text",
-                shown.join(", ")
-            ),
-        );
-    }
+    hidden.warn(&mut ex);
     walk_objects(&doc, &mut ex, &mut tally);
     ex.warnings.extend(tally.into_warnings());
     if ex.title.is_none() {
         ex.title = ex.outline.first().map(|h| h.text.clone());
     }
     ex
+}
+
+/// Hidden text quoted in the warning.
+const HIDDEN_SAMPLE_CHARS: usize = 400;
+
+/// Text a reader does not see, gathered over the pages for one warning.
+#[derive(Default)]
+struct HiddenText {
+    chars: u64,
+    reasons: BTreeMap<Hidden, u64>,
+    pages: Vec<String>,
+    sample: String,
+}
+
+impl HiddenText {
+    /// Counts a page's hidden strings, quotes the first ones, and hands
+    /// them all to the prompt-injection scan as hidden text.
+    fn add(&mut self, page: u32, pieces: &[(Hidden, String)], ex: &mut Extracted) {
+        if pieces.is_empty() {
+            return;
+        }
+        self.pages.push(page.to_string());
+        for (reason, text) in pieces {
+            *self.reasons.entry(*reason).or_insert(0) += 1;
+            let trimmed = text.trim();
+            self.chars += trimmed.chars().count() as u64;
+            ex.hidden.push_collapsed(trimmed);
+            ex.hidden.push_collapsed(" ");
+            if self.sample.chars().count() < HIDDEN_SAMPLE_CHARS {
+                if !self.sample.is_empty() {
+                    self.sample.push(' ');
+                }
+                self.sample
+                    .push_str(&cap_chars(trimmed, HIDDEN_SAMPLE_CHARS));
+            }
+        }
+        ex.hidden.push('\n');
+    }
+
+    fn warn(self, ex: &mut Extracted) {
+        if self.chars == 0 {
+            return;
+        }
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(r, n)| format!("{} ×{n}", r.as_str()))
+            .collect();
+        ex.warnings.push(
+            crate::model::Warning::new(
+                WarningKind::HiddenText,
+                Severity::Medium,
+                format!(
+                    "{} characters of text a reader does not see ({}) on page(s) {}; it is included in the extracted text",
+                    self.chars,
+                    reasons.join(", "),
+                    list(&self.pages)
+                ),
+            )
+            .with_snippet(display_chars(&self.sample, HIDDEN_SAMPLE_CHARS, false)),
+        );
+    }
+}
+
+/// The first 20 items of a list, comma-separated, with "…" past them.
+fn list(items: &[String]) -> String {
+    let mut s = items
+        .iter()
+        .take(20)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > 20 {
+        s.push_str(", …");
+    }
+    s
 }
 
 fn info(doc: &Document, ex: &mut Extracted) {
@@ -220,25 +297,6 @@ fn outline(doc: &Document, ex: &mut Extracted) {
             stack.push((first, level.saturating_add(1)));
         }
     }
-}
-
-/// Whether a page's content uses text rendering mode 3 (neither fill nor
-/// stroke: invisible text, as OCR layers and hidden prompts use).
-fn uses_invisible_text(doc: &Document, page_id: ObjectId) -> bool {
-    let Ok(data) = doc.get_page_content(page_id) else {
-        return false;
-    };
-    let Ok(content) = Content::decode(&data) else {
-        return false;
-    };
-    content.operations.iter().any(|op| {
-        op.operator == "Tr"
-            && op
-                .operands
-                .first()
-                .and_then(|o| o.as_i64().ok())
-                .is_some_and(|mode| mode == 3 || mode == 7)
-    })
 }
 
 fn annotations(doc: &Document, page_id: ObjectId, ex: &mut Extracted, tally: &mut Tally) {
@@ -498,6 +556,66 @@ mod tests {
         assert_eq!(msgs.len(), 2, "{msgs:?}");
         assert!(msgs[0].starts_with("/JavaScript"));
         assert!(msgs[1].starts_with("/OpenAction"));
+    }
+
+    fn hidden_warnings(ex: &Extracted) -> Vec<&crate::model::Warning> {
+        ex.warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::HiddenText)
+            .collect()
+    }
+
+    #[test]
+    fn each_hiding_trick_is_flagged_quoted_and_scanned_as_hidden() {
+        for (name, content) in golem_test_corpus::HIDDEN_PDF_TRICKS {
+            let ex = extract(&golem_test_corpus::pdf_with_content(content));
+            let hidden = hidden_warnings(&ex);
+            assert_eq!(hidden.len(), 1, "{name}: {:?}", ex.warnings);
+            let w = hidden[0];
+            assert_eq!(w.severity, Severity::Medium, "{name}");
+            let quote = format!("praise the {name} trick");
+            assert!(
+                w.snippet.as_deref().is_some_and(|s| s.contains(&quote)),
+                "{name}: {w:?}"
+            );
+            assert!(w.message.contains("on page(s) 1"), "{name}: {w:?}");
+            let reason = match *name {
+                "mode3" => Hidden::Invisible,
+                "tiny" => Hidden::Tiny,
+                "outside" => Hidden::Outside,
+                _ => Hidden::White,
+            };
+            assert!(w.message.contains(reason.as_str()), "{name}: {w:?}");
+            assert!(ex.hidden.as_str().contains(&quote), "{name}");
+            assert!(!ex.hidden.as_str().contains("Visible"), "{name}");
+            assert!(ex.text.as_str().contains("Visible words."), "{name}");
+        }
+    }
+
+    #[test]
+    fn ordinary_text_is_not_hidden() {
+        // Black after white (Q restores), a normal size under a scaling
+        // matrix, text near the page's edges but on it.
+        let content = "q 1 g Q BT /F1 12 Tf 72 700 Td (Black after restore.) Tj ET\n\
+                       q 0.5 0 0 0.5 0 0 cm BT /F1 1 Tf 20 0 0 20 100 100 Tm (Scaled to ten points.) Tj ET Q\n\
+                       1 1 1 rg 0 g BT /F1 12 Tf 5 790 Td (Top left corner.) Tj ET\n\
+                       /DeviceRGB cs 1 1 1 scn /DeviceGray cs BT /F1 12 Tf 72 5 Td (Bottom line.) Tj ET\n\
+                       BT /F1 12 Tf -40 400 Td (Starts left of the page edge.) Tj ET\n";
+        let ex = extract(&golem_test_corpus::pdf_with_content(content));
+        assert!(hidden_warnings(&ex).is_empty(), "{:?}", ex.warnings);
+        assert!(ex.hidden.as_str().is_empty());
+        assert!(ex.text.as_str().contains("Scaled to ten points."));
+    }
+
+    #[test]
+    fn ligatures_become_letters() {
+        let ex = extract(&golem_test_corpus::ligature_pdf());
+        assert_eq!(
+            ex.text.as_str().trim(),
+            "coefficients differ; the first flow",
+            "{:?}",
+            ex.warnings
+        );
     }
 
     #[test]
