@@ -62,3 +62,27 @@ fn pdf_ligatures_read_as_letters_and_plain_pdfs_hide_nothing() {
     let report = read_json(&output.path().join("budget.pdf.json"));
     assert_eq!(report["warnings_total"], 0, "{report:#}");
 }
+
+#[test]
+fn pdf_dates_are_rfc_3339_in_the_report() {
+    let input = tempfile::tempdir().expect("input");
+    let output = tempfile::tempdir().expect("output");
+    let objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [] /Count 0 >>".to_string(),
+        "<< /CreationDate (D:20220520201356+02'00') /ModDate (D:2022 or so) >>".to_string(),
+    ];
+    write(
+        input.path(),
+        "dated.pdf",
+        &pdf_from_objects(&objects, 1, Some(3)),
+    );
+    let out = run(&["report"], input.path(), output.path());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report = read_json(&output.path().join("dated.pdf.json"));
+    assert_eq!(report["metadata"]["created"], "2022-05-20T20:13:56+02:00");
+    assert_eq!(report["metadata"]["modified"], "D:2022 or so");
+    let md = read(&output.path().join("dated.pdf.md"));
+    // The Markdown escapes the `+`.
+    assert!(md.contains("created: 2022-05-20T20:13:56\\+02:00"), "{md}");
+}

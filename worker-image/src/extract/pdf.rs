@@ -243,9 +243,74 @@ fn info(doc: &Document, ex: &mut Extracted) {
     }
     for (key, name) in INFO_KEYS {
         if let Some(value) = info.get(key).ok().and_then(|o| text_of(doc, o)) {
+            let value = match *name {
+                "created" | "modified" => pdf_date(&value).unwrap_or(value),
+                _ => value,
+            };
             ex.meta(name, &value);
         }
     }
+}
+
+/// Takes `n` ASCII digits from the front of `s` as a number.
+fn digits(s: &mut &str, n: usize) -> Option<u32> {
+    let head = s.get(..n)?;
+    if !head.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    *s = &s[n..];
+    head.parse().ok()
+}
+
+/// A PDF date (`D:YYYYMMDDHHmmSSOHH'mm'`, every part after the year
+/// optional) as RFC 3339 when it is complete (`2022-05-20T20:13:56+02:00`),
+/// else as what it says (`2022`, `2022-05`, `2022-05-20`, a time without a
+/// zone). None when it does not parse, so the raw value is kept.
+pub fn pdf_date(raw: &str) -> Option<String> {
+    let mut s = raw.trim();
+    s = s.strip_prefix("D:").unwrap_or(s);
+    let year = digits(&mut s, 4)?;
+    let mut out = format!("{year:04}");
+    let Some(month) = digits(&mut s, 2) else {
+        return s.is_empty().then_some(out);
+    };
+    if !(1..=12).contains(&month) {
+        return None;
+    }
+    out.push_str(&format!("-{month:02}"));
+    let Some(day) = digits(&mut s, 2) else {
+        return s.is_empty().then_some(out);
+    };
+    if !(1..=31).contains(&day) {
+        return None;
+    }
+    out.push_str(&format!("-{day:02}"));
+    let Some(hour) = digits(&mut s, 2) else {
+        return s.is_empty().then_some(out);
+    };
+    let minute = digits(&mut s, 2).unwrap_or(0);
+    let second = digits(&mut s, 2).unwrap_or(0);
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    out.push_str(&format!("T{hour:02}:{minute:02}:{second:02}"));
+    let zone = s.trim_end_matches('\'');
+    match zone.chars().next() {
+        None => {}
+        Some('Z') if zone[1..].trim_start_matches(['0', '\'']).is_empty() => out.push('Z'),
+        Some(sign @ ('+' | '-')) => {
+            let mut z = &zone[1..];
+            let zh = digits(&mut z, 2)?;
+            z = z.strip_prefix('\'').unwrap_or(z);
+            let zm = if z.is_empty() { 0 } else { digits(&mut z, 2)? };
+            if !z.is_empty() || zh > 23 || zm > 59 {
+                return None;
+            }
+            out.push_str(&format!("{sign}{zh:02}:{zm:02}"));
+        }
+        _ => return None,
+    }
+    Some(out)
 }
 
 /// Walks the outline (bookmarks) iteratively: `First` is a child, `Next` a
@@ -616,6 +681,29 @@ mod tests {
             "{:?}",
             ex.warnings
         );
+    }
+
+    #[test]
+    fn pdf_dates_become_rfc_3339_or_what_they_say() {
+        for (raw, want) in [
+            ("D:20220520201356+02'00'", Some("2022-05-20T20:13:56+02:00")),
+            ("D:20220520201356+02'00", Some("2022-05-20T20:13:56+02:00")),
+            ("D:20250208122313Z", Some("2025-02-08T12:23:13Z")),
+            ("D:20250208122313Z00'00'", Some("2025-02-08T12:23:13Z")),
+            ("D:19991231235959-05'30'", Some("1999-12-31T23:59:59-05:30")),
+            ("D:20220520201356", Some("2022-05-20T20:13:56")),
+            ("D:2022052020", Some("2022-05-20T20:00:00")),
+            ("D:2022", Some("2022")),
+            ("D:202205", Some("2022-05")),
+            ("20220520", Some("2022-05-20")),
+            ("D:20221320", None),
+            ("D:2022052", None),
+            ("D:20220520201356+2'00'", None),
+            ("last Tuesday", None),
+            ("", None),
+        ] {
+            assert_eq!(pdf_date(raw).as_deref(), want, "{raw}");
+        }
     }
 
     #[test]
