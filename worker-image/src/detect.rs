@@ -310,10 +310,11 @@ fn looks_like_csv(text: &str, cut: bool) -> bool {
 
 /// Scores Markdown signals in the first 200 lines: an ATX heading counts 2,
 /// a link or a fenced block 2, lists, quotes, emphasis, tables and setext
-/// underlines 1 each kind. Two points make Markdown.
+/// underlines 1 each kind, and a front matter block (`---`/`+++` fenced) at
+/// the start 1. Two points make Markdown.
 fn looks_like_markdown(text: &str) -> bool {
     let mut score = 0;
-    let mut seen = [false; 8];
+    let mut seen = [false; 9];
     let mut mark = |i: usize, points: u32, score: &mut u32| {
         if !seen[i] {
             seen[i] = true;
@@ -358,6 +359,9 @@ fn looks_like_markdown(text: &str) -> bool {
             mark(7, 1, &mut score);
         }
         prev_text = !t.is_empty() && !underline;
+    }
+    if crate::extract::markdown::has_front_matter(text) {
+        mark(8, 1, &mut score);
     }
     score >= 2
 }
@@ -408,6 +412,11 @@ mod tests {
         assert_eq!(kind("a,b,c\n1,2,3\n4,5,6\n"), DocType::Csv);
         assert_eq!(kind("a\tb\n1\t2\n3\t4\n"), DocType::Csv);
         assert_eq!(kind("# Title\n\nSome text.\n"), DocType::Markdown);
+        assert_eq!(
+            kind("---\ntitle: Notes\n---\nJust a line of text.\n"),
+            DocType::Markdown
+        );
+        assert_eq!(kind("---\nkey: value\nother: 1\n"), DocType::Text);
         assert_eq!(kind("Hello, world.\nJust text here\n"), DocType::Text);
         assert_eq!(kind(""), DocType::Text);
     }
