@@ -58,7 +58,10 @@ fn pdf_ligatures_read_as_letters_and_plain_pdfs_hide_nothing() {
     let out = run(&["report"], input.path(), output.path());
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let report = read_json(&output.path().join("ligatures.pdf.json"));
-    assert_eq!(report["text"], "coefficients differ; the first flow");
+    assert_eq!(
+        report["text"],
+        "coefficients differ; the first flow; final words"
+    );
     let report = read_json(&output.path().join("budget.pdf.json"));
     assert_eq!(report["warnings_total"], 0, "{report:#}");
 }

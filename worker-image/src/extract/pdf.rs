@@ -677,7 +677,7 @@ mod tests {
         let ex = extract(&golem_test_corpus::ligature_pdf());
         assert_eq!(
             ex.text.as_str().trim(),
-            "coefficients differ; the first flow",
+            "coefficients differ; the first flow; final words",
             "{:?}",
             ex.warnings
         );

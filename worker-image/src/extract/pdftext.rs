@@ -233,20 +233,59 @@ fn lopdf_knows(doc: &Document, name: &[u8], cache: &mut HashMap<Vec<u8>, bool>) 
     known
 }
 
-/// A font dictionary lopdf can decode, and the codes decoded here instead.
+/// A font dictionary lopdf can decode, the codes decoded here instead, and
+/// for a simple font with a ToUnicode map, its encoding for the codes that
+/// map leaves out.
 struct FixedFont {
     dict: Dictionary,
     over: BTreeMap<u8, String>,
+    fallback: Option<Dictionary>,
 }
 
 /// Rewrites a font so lopdf decodes what it can: a ToUnicode map wins (as
-/// the PDF specification says); a `Differences` array keeps only the names
-/// lopdf knows, and the names it does not know but that spell letters
-/// (ligatures, `uniXXXX`) are decoded here.
+/// the PDF specification says), with the encoding behind it for the codes
+/// it leaves out (one-byte simple fonts only); a `Differences` array keeps
+/// only the names lopdf knows, and the names it does not know but that
+/// spell letters (ligatures, `uniXXXX`) are decoded here.
 fn fix_font(doc: &Document, font: &Dictionary, cache: &mut HashMap<Vec<u8>, bool>) -> FixedFont {
     let mut dict = font.clone();
     dict.set("Type", Object::Name(b"Font".to_vec()));
     let mut over = BTreeMap::new();
+    if let Some(enc) = font
+        .get_deref(b"Encoding", doc)
+        .ok()
+        .and_then(|e| e.as_dict().ok())
+    {
+        let diffs = enc
+            .get_deref(b"Differences", doc)
+            .and_then(Object::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut kept = Vec::new();
+        let mut code: i64 = 0;
+        for obj in diffs.iter().take(4096) {
+            match obj {
+                Object::Integer(c) => code = *c,
+                Object::Name(name) if (0..=255).contains(&code) => {
+                    if let Some(text) = glyph_name_text(name) {
+                        over.insert(code as u8, text);
+                    } else if lopdf_knows(doc, name, cache) {
+                        kept.push(Object::Integer(code));
+                        kept.push(Object::Name(name.clone()));
+                    }
+                    code += 1;
+                }
+                _ => code += 1,
+            }
+        }
+        let mut fixed = Dictionary::new();
+        fixed.set("Type", Object::Name(b"Encoding".to_vec()));
+        if let Ok(base) = enc.get_deref(b"BaseEncoding", doc) {
+            fixed.set("BaseEncoding", base.clone());
+        }
+        fixed.set("Differences", Object::Array(kept));
+        dict.set("Encoding", Object::Dictionary(fixed));
+    }
     if font
         .get_deref(b"ToUnicode", doc)
         .and_then(Object::as_stream)
@@ -258,69 +297,66 @@ fn fix_font(doc: &Document, font: &Dictionary, cache: &mut HashMap<Vec<u8>, bool
             only_map.get_font_encoding(doc),
             Ok(Encoding::UnicodeMapEncoding(_))
         ) {
+            let simple = !font
+                .get_deref(b"Subtype", doc)
+                .and_then(Object::as_name)
+                .is_ok_and(|s| s == b"Type0");
             return FixedFont {
                 dict: only_map,
                 over,
+                fallback: simple.then_some(dict),
             };
         }
     }
-    let Some(enc) = font
-        .get_deref(b"Encoding", doc)
-        .ok()
-        .and_then(|e| e.as_dict().ok())
-    else {
-        return FixedFont { dict, over };
-    };
-    let Ok(diffs) = enc
-        .get_deref(b"Differences", doc)
-        .and_then(Object::as_array)
-    else {
-        return FixedFont { dict, over };
-    };
-    let mut kept = Vec::new();
-    let mut code: i64 = 0;
-    for obj in diffs.iter().take(4096) {
-        match obj {
-            Object::Integer(c) => code = *c,
-            Object::Name(name) if (0..=255).contains(&code) => {
-                if let Some(text) = glyph_name_text(name) {
-                    over.insert(code as u8, text);
-                } else if lopdf_knows(doc, name, cache) {
-                    kept.push(Object::Integer(code));
-                    kept.push(Object::Name(name.clone()));
-                }
-                code += 1;
-            }
-            _ => code += 1,
-        }
+    FixedFont {
+        dict,
+        over,
+        fallback: None,
     }
-    let mut fixed = Dictionary::new();
-    fixed.set("Type", Object::Name(b"Encoding".to_vec()));
-    if let Ok(base) = enc.get(b"BaseEncoding") {
-        fixed.set("BaseEncoding", base.clone());
-    }
-    fixed.set("Differences", Object::Array(kept));
-    dict.set("Encoding", Object::Dictionary(fixed));
-    FixedFont { dict, over }
 }
 
-/// Decodes a shown string with a font's encoding and the codes
-/// [`fix_font`] took over.
-fn decode(enc: &Encoding<'_>, over: &BTreeMap<u8, String>, bytes: &[u8], out: &mut String) {
-    let mut raw = String::new();
-    if over.is_empty() {
-        let _ = enc.write_to_string(bytes, &mut raw);
-    } else {
-        for b in bytes {
-            match over.get(b) {
-                Some(t) => raw.push_str(t),
-                None => {
-                    let _ = enc.write_to_string(&[*b], &mut raw);
-                }
+/// How one font's shown strings are decoded.
+struct Decoder<'d> {
+    enc: Encoding<'d>,
+    over: &'d BTreeMap<u8, String>,
+    fallback: Option<Encoding<'d>>,
+}
+
+impl Decoder<'_> {
+    /// One code of a one-byte font, by its encoding and the codes
+    /// [`fix_font`] took over.
+    fn by_encoding(&self, enc: &Encoding<'_>, b: u8, out: &mut String) {
+        match self.over.get(&b) {
+            Some(t) => out.push_str(t),
+            None => {
+                let _ = enc.write_to_string(&[b], out);
             }
         }
     }
-    out.push_str(&unligature(&raw));
+
+    /// Decodes a shown string, ligatures spelled out.
+    fn decode(&self, bytes: &[u8], out: &mut String) {
+        let mut raw = String::new();
+        if let Some(fallback) = &self.fallback {
+            let mut piece = String::new();
+            for &b in bytes {
+                piece.clear();
+                let _ = self.enc.write_to_string(&[b], &mut piece);
+                if piece.is_empty() || piece.contains('\u{FFFD}') {
+                    piece.clear();
+                    self.by_encoding(fallback, b, &mut piece);
+                }
+                raw.push_str(&piece);
+            }
+        } else if self.over.is_empty() {
+            let _ = self.enc.write_to_string(bytes, &mut raw);
+        } else {
+            for &b in bytes {
+                self.by_encoding(&self.enc, b, &mut raw);
+            }
+        }
+        out.push_str(&unligature(&raw));
+    }
 }
 
 /// The page's visible area: CropBox, else MediaBox (both inheritable), as
@@ -366,11 +402,18 @@ pub fn page_text(
         .iter()
         .map(|(name, font)| (name.clone(), fix_font(doc, font, &mut cache.0)))
         .collect();
-    let encodings: BTreeMap<&[u8], (Encoding<'_>, &BTreeMap<u8, String>)> = fixed
+    let encodings: Encodings<'_> = fixed
         .iter()
         .filter_map(|(name, f)| {
-            let enc = f.dict.get_font_encoding(doc).ok()?;
-            Some((name.as_slice(), (enc, &f.over)))
+            let decoder = Decoder {
+                enc: f.dict.get_font_encoding(doc).ok()?,
+                over: &f.over,
+                fallback: f
+                    .fallback
+                    .as_ref()
+                    .and_then(|d| d.get_font_encoding(doc).ok()),
+            };
+            Some((name.as_slice(), decoder))
         })
         .collect();
     let content = Content::decode(&doc.get_page_content(page_id)?)?;
@@ -393,7 +436,7 @@ pub fn page_text(
     Ok(walk.out)
 }
 
-type Encodings<'d> = BTreeMap<&'d [u8], (Encoding<'d>, &'d BTreeMap<u8, String>)>;
+type Encodings<'d> = BTreeMap<&'d [u8], Decoder<'d>>;
 
 struct Walk<'e, 'd> {
     page: Option<[f64; 4]>,
@@ -535,11 +578,11 @@ impl Walk<'_, '_> {
     }
 
     fn show(&mut self, operands: &[Object]) {
-        let Some((enc, over)) = self.encodings.get(self.state.font.as_slice()) else {
+        let Some(decoder) = self.encodings.get(self.state.font.as_slice()) else {
             return;
         };
         let mut shown = String::new();
-        collect(enc, over, operands, &mut shown);
+        collect(decoder, operands, &mut shown);
         let visible_chars = shown.chars().filter(|c| !c.is_whitespace()).count();
         if visible_chars > 0 {
             if let Some(reason) = self.hidden(visible_chars) {
@@ -552,14 +595,14 @@ impl Walk<'_, '_> {
 
 /// Shown strings as lopdf's `extract_text` joins them: a space after a `TJ`
 /// array and at a kerning gap wider than 100 thousandths of an em.
-fn collect(enc: &Encoding<'_>, over: &BTreeMap<u8, String>, operands: &[Object], out: &mut String) {
+fn collect(decoder: &Decoder<'_>, operands: &[Object], out: &mut String) {
     for operand in operands {
         match operand {
-            Object::String(bytes, _) => decode(enc, over, bytes, out),
+            Object::String(bytes, _) => decoder.decode(bytes, out),
             Object::Array(arr) => {
                 for item in arr {
                     match item {
-                        Object::String(bytes, _) => decode(enc, over, bytes, out),
+                        Object::String(bytes, _) => decoder.decode(bytes, out),
                         Object::Integer(i) if *i < -100 => out.push(' '),
                         _ => {}
                     }
