@@ -237,9 +237,12 @@ fn lopdf_knows(doc: &Document, name: &[u8], cache: &mut HashMap<Vec<u8>, bool>) 
 /// for a simple font with a ToUnicode map, its encoding for the codes that
 /// map leaves out.
 struct FixedFont {
+    /// The font with its encoding sanitised.
     dict: Dictionary,
     over: BTreeMap<u8, String>,
-    fallback: Option<Dictionary>,
+    /// The font without its encoding, so lopdf reads its ToUnicode map,
+    /// when it has one; and whether it is a one-byte (simple) font.
+    map: Option<(Dictionary, bool)>,
 }
 
 /// Rewrites a font so lopdf decodes what it can: a ToUnicode map wins (as
@@ -286,32 +289,44 @@ fn fix_font(doc: &Document, font: &Dictionary, cache: &mut HashMap<Vec<u8>, bool
         fixed.set("Differences", Object::Array(kept));
         dict.set("Encoding", Object::Dictionary(fixed));
     }
-    if font
+    let map = font
         .get_deref(b"ToUnicode", doc)
         .and_then(Object::as_stream)
         .is_ok()
-    {
-        let mut only_map = dict.clone();
-        only_map.remove(b"Encoding");
-        if matches!(
-            only_map.get_font_encoding(doc),
-            Ok(Encoding::UnicodeMapEncoding(_))
-        ) {
+        .then(|| {
+            let mut only_map = dict.clone();
+            only_map.remove(b"Encoding");
             let simple = !font
                 .get_deref(b"Subtype", doc)
                 .and_then(Object::as_name)
                 .is_ok_and(|s| s == b"Type0");
-            return FixedFont {
-                dict: only_map,
-                over,
-                fallback: simple.then_some(dict),
-            };
+            (only_map, simple)
+        });
+    FixedFont { dict, over, map }
+}
+
+impl FixedFont {
+    /// The decoder: the ToUnicode map when lopdf can read it (with the
+    /// encoding behind it for a simple font), else the encoding.
+    fn decoder<'d>(&'d self, doc: &'d Document) -> Option<Decoder<'d>> {
+        if let Some((only_map, simple)) = &self.map {
+            if let Ok(enc @ Encoding::UnicodeMapEncoding(_)) = only_map.get_font_encoding(doc) {
+                return Some(Decoder {
+                    enc,
+                    over: &self.over,
+                    fallback: if *simple {
+                        self.dict.get_font_encoding(doc).ok()
+                    } else {
+                        None
+                    },
+                });
+            }
         }
-    }
-    FixedFont {
-        dict,
-        over,
-        fallback: None,
+        Some(Decoder {
+            enc: self.dict.get_font_encoding(doc).ok()?,
+            over: &self.over,
+            fallback: None,
+        })
     }
 }
 
@@ -404,17 +419,7 @@ pub fn page_text(
         .collect();
     let encodings: Encodings<'_> = fixed
         .iter()
-        .filter_map(|(name, f)| {
-            let decoder = Decoder {
-                enc: f.dict.get_font_encoding(doc).ok()?,
-                over: &f.over,
-                fallback: f
-                    .fallback
-                    .as_ref()
-                    .and_then(|d| d.get_font_encoding(doc).ok()),
-            };
-            Some((name.as_slice(), decoder))
-        })
+        .filter_map(|(name, f)| Some((name.as_slice(), f.decoder(doc)?)))
         .collect();
     let content = Content::decode(&doc.get_page_content(page_id)?)?;
     let mut walk = Walk {
