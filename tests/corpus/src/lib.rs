@@ -126,20 +126,37 @@ pub fn hostile_pdf() -> Vec<u8> {
 /// glyph no glyph list knows, and `/F3` as a WinAnsi TrueType font whose
 /// ToUnicode map gives only code 1 (to U+FB01, the `fi` ligature).
 pub fn pdf_with_content(content: &str) -> Vec<u8> {
+    pdf_with_forms(content, &[])
+}
+
+/// [`pdf_with_content`] with form XObjects `/Fm1`, `/Fm2`... on the page:
+/// `(dictionary entries, content)` each, e.g. `("/Matrix [2 0 0 2 0 0]",
+/// "BT /F1 12 Tf (x) Tj ET")`. A form without `/Resources` uses the page's
+/// fonts.
+pub fn pdf_with_forms(content: &str, forms: &[(&str, &str)]) -> Vec<u8> {
     let cmap = "/CIDInit /ProcSet findresource begin\n12 dict begin\nbegincmap\n\
                 /CMapName /GolemTest def\n1 begincodespacerange\n<00> <FF>\nendcodespacerange\n\
                 1 beginbfchar\n<01> <FB01>\nendbfchar\nendcmap\n\
                 CMapName currentdict /CMap defineresource pop\nend\nend";
-    let objects = vec![
+    let xobjects: String = (0..forms.len())
+        .map(|i| format!("/Fm{} {} 0 R ", i + 1, i + 9))
+        .collect();
+    let mut objects = vec![
         "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
         "<< /Type /Pages /Kids [3 0 R] /Count 1 /MediaBox [0 0 612 842] >>".to_string(),
-        "<< /Type /Page /Parent 2 0 R /CropBox [0 0 600 800] /Resources << /Font << /F1 5 0 R /F2 6 0 R /F3 7 0 R >> >> /Contents 4 0 R >>".to_string(),
+        format!("<< /Type /Page /Parent 2 0 R /CropBox [0 0 600 800] /Resources << /Font << /F1 5 0 R /F2 6 0 R /F3 7 0 R >> /XObject << {xobjects}>> >> /Contents 4 0 R >>"),
         stream(content),
         "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
         "<< /Type /Font /Subtype /Type1 /BaseFont /CMR10 /FirstChar 0 /LastChar 127 /Encoding << /Differences [11 /ff /fi /fl /ffi /ffl 16 /golemNoSuchGlyph] >> >>".to_string(),
         "<< /Type /Font /Subtype /TrueType /BaseFont /Arial /Encoding /WinAnsiEncoding /ToUnicode 8 0 R >>".to_string(),
         stream(cmap),
     ];
+    for (entries, body) in forms {
+        objects.push(format!(
+            "<< /Type /XObject /Subtype /Form /BBox [0 0 600 800] {entries} /Length {} >>\nstream\n{body}\nendstream",
+            body.len()
+        ));
+    }
     pdf_from_objects(&objects, 1, None)
 }
 

@@ -673,6 +673,65 @@ mod tests {
     }
 
     #[test]
+    fn text_in_form_xobjects_is_read_and_checked() {
+        let pdf = golem_test_corpus::pdf_with_forms(
+            "BT /F1 12 Tf 72 700 Td (Page words.) Tj ET\n\
+             q /Fm1 Do Q q 1 0 0 1 0 -100 cm /Fm2 Do Q /Fm3 Do\n",
+            &[
+                // No resources: the page's fonts; white fill inside.
+                ("", "1 g BT /F1 12 Tf 72 600 Td (Hidden in a form.) Tj ET"),
+                // Own resources, scaled up: visible.
+                (
+                    "/Matrix [2 0 0 2 0 0] /Resources << /Font << /G1 5 0 R >> >>",
+                    "BT /G1 6 Tf 36 300 Td (Scaled form words.) Tj ET",
+                ),
+                // Scaled down to a tenth: tiny.
+                (
+                    "/Matrix [0.1 0 0 0.1 0 0]",
+                    "BT /F1 12 Tf 720 7000 Td (Shrunk form words.) Tj ET",
+                ),
+            ],
+        );
+        let ex = extract(&pdf);
+        let text = ex.text.as_str();
+        for words in [
+            "Page words.",
+            "Hidden in a form.",
+            "Scaled form words.",
+            "Shrunk form words.",
+        ] {
+            assert!(text.contains(words), "{words}: {text}");
+        }
+        let hidden = hidden_warnings(&ex);
+        assert_eq!(hidden.len(), 1, "{:?}", ex.warnings);
+        let w = hidden[0];
+        assert!(w.message.contains(Hidden::White.as_str()), "{w:?}");
+        assert!(w.message.contains(Hidden::Tiny.as_str()), "{w:?}");
+        let hidden_text = ex.hidden.as_str();
+        assert!(
+            hidden_text.contains("Hidden in a form.") && hidden_text.contains("Shrunk form words.")
+        );
+        assert!(!hidden_text.contains("Scaled") && !hidden_text.contains("Page words"));
+    }
+
+    #[test]
+    fn a_form_drawing_itself_stops_at_the_depth_limit() {
+        let pdf = golem_test_corpus::pdf_with_forms(
+            "/Fm1 Do\n",
+            &[("", "/Fm1 Do /Fm1 Do BT /F1 12 Tf 72 600 Td (Loop.) Tj ET")],
+        );
+        let ex = extract(&pdf);
+        // Depth 1 to MAX_FORM_DEPTH, each level drawing two copies.
+        let copies = ex.text.as_str().matches("Loop.").count();
+        assert_eq!(
+            copies,
+            (1 << pdftext::MAX_FORM_DEPTH) - 1,
+            "{:?}",
+            ex.warnings
+        );
+    }
+
+    #[test]
     fn ligatures_become_letters() {
         let ex = extract(&golem_test_corpus::ligature_pdf());
         assert_eq!(

@@ -13,8 +13,9 @@
 //!
 //! The text is laid out as lopdf lays it out (a line break at `T*`, `'`,
 //! `"` and `ET`, a space after a `TJ` array and at a kerning gap beyond
-//! 100), so reports stay comparable. Text inside form XObjects is not read
-//! (lopdf does not read it either).
+//! 100), so reports stay comparable. Unlike lopdf, the walk follows the form
+//! XObjects a page draws (`Do`), so text hidden in a form is neither lost
+//! nor unflagged.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -405,58 +406,196 @@ fn page_box(doc: &Document, page_id: ObjectId) -> Option<[f64; 4]> {
 #[derive(Debug, Default)]
 pub struct GlyphCache(HashMap<Vec<u8>, bool>);
 
-/// Reads a page's text. Fails only when the page's content or resources
-/// cannot be read at all.
+/// Reads a page's text, and the text of the form XObjects it draws (to
+/// [`MAX_FORM_DEPTH`], within the page's [`MAX_OPS`]). Fails only when the
+/// page's content or resources cannot be read at all.
 pub fn page_text(
     doc: &Document,
     page_id: ObjectId,
     cache: &mut GlyphCache,
 ) -> lopdf::Result<PageText> {
     let fonts = doc.get_page_fonts(page_id)?;
-    let fixed: BTreeMap<Vec<u8>, FixedFont> = fonts
-        .iter()
-        .map(|(name, font)| (name.clone(), fix_font(doc, font, &mut cache.0)))
-        .collect();
-    let encodings: Encodings<'_> = fixed
+    let content = Content::decode(&doc.get_page_content(page_id)?)?;
+    let (inline, ids) = doc.get_page_resources(page_id)?;
+    let xobjects = inline
+        .into_iter()
+        .chain(ids.iter().filter_map(|id| doc.get_dictionary(*id).ok()))
+        .find_map(|r| r.get_deref(b"XObject", doc).and_then(Object::as_dict).ok());
+    let mut sh = Shared {
+        doc,
+        page: page_box(doc, page_id),
+        out: PageText::default(),
+        ops: 0,
+        glyphs: std::mem::take(cache),
+    };
+    walk_stream(
+        &mut sh,
+        Fonts::Own(fonts),
+        xobjects,
+        &content.operations,
+        State::default(),
+        0,
+    );
+    *cache = sh.glyphs;
+    Ok(sh.out)
+}
+
+/// Nested form XObjects followed.
+pub const MAX_FORM_DEPTH: usize = 8;
+
+/// What the walks of a page and of its forms share.
+struct Shared<'d> {
+    doc: &'d Document,
+    page: Option<[f64; 4]>,
+    out: PageText,
+    /// Operations interpreted so far on this page, forms included.
+    ops: usize,
+    glyphs: GlyphCache,
+}
+
+/// The fonts a content stream uses: its own resources', or (a form
+/// without resources) those of the stream that draws it.
+enum Fonts<'d, 'p> {
+    Own(BTreeMap<Vec<u8>, &'d Dictionary>),
+    Inherited(&'p Encodings<'p>),
+}
+
+/// Interprets one content stream (a page's or a form's).
+fn walk_stream(
+    sh: &mut Shared<'_>,
+    fonts: Fonts<'_, '_>,
+    xobjects: Option<&Dictionary>,
+    ops: &[Operation],
+    state: State,
+    depth: usize,
+) {
+    let doc = sh.doc;
+    let fixed: BTreeMap<Vec<u8>, FixedFont> = match &fonts {
+        Fonts::Own(fonts) => fonts
+            .iter()
+            .map(|(name, font)| (name.clone(), fix_font(doc, font, &mut sh.glyphs.0)))
+            .collect(),
+        Fonts::Inherited(_) => BTreeMap::new(),
+    };
+    let own: Encodings<'_> = fixed
         .iter()
         .filter_map(|(name, f)| Some((name.as_slice(), f.decoder(doc)?)))
         .collect();
-    let content = Content::decode(&doc.get_page_content(page_id)?)?;
+    let encodings = match fonts {
+        Fonts::Own(_) => &own,
+        Fonts::Inherited(parent) => parent,
+    };
     let mut walk = Walk {
-        page: page_box(doc, page_id),
-        encodings: &encodings,
-        out: PageText::default(),
-        state: State::default(),
+        sh,
+        encodings,
+        xobjects,
+        depth,
+        state,
         stack: Vec::new(),
         tm: IDENTITY,
         tlm: IDENTITY,
     };
-    for (i, op) in content.operations.iter().enumerate() {
-        if i >= MAX_OPS {
-            walk.out.ops_cut = true;
+    for op in ops {
+        if walk.sh.ops >= MAX_OPS {
+            walk.sh.out.ops_cut = true;
             break;
         }
+        walk.sh.ops += 1;
         walk.op(op);
     }
-    Ok(walk.out)
 }
 
 type Encodings<'d> = BTreeMap<&'d [u8], Decoder<'d>>;
 
-struct Walk<'e, 'd> {
-    page: Option<[f64; 4]>,
-    encodings: &'e Encodings<'d>,
-    out: PageText,
+struct Walk<'w, 'd, 'e> {
+    sh: &'w mut Shared<'d>,
+    encodings: &'e Encodings<'e>,
+    xobjects: Option<&'e Dictionary>,
+    depth: usize,
     state: State,
     stack: Vec<State>,
     tm: Matrix,
     tlm: Matrix,
 }
 
-impl Walk<'_, '_> {
+impl Walk<'_, '_, '_> {
+    /// Draws a form XObject (`Do`): its content with its matrix, resources
+    /// and a copy of the graphics state. Images and anything else are
+    /// skipped.
+    fn form(&mut self, name: &[u8]) {
+        if self.depth >= MAX_FORM_DEPTH {
+            return;
+        }
+        let doc = self.sh.doc;
+        let Some(stream) = self
+            .xobjects
+            .and_then(|x| x.get_deref(name, doc).ok())
+            .and_then(|o| o.as_stream().ok())
+        else {
+            return;
+        };
+        if !stream
+            .dict
+            .get(b"Subtype")
+            .and_then(Object::as_name)
+            .is_ok_and(|s| s == b"Form")
+        {
+            return;
+        }
+        let data = stream
+            .decompressed_content()
+            .unwrap_or_else(|_| stream.content.clone());
+        let Ok(content) = Content::decode(&data) else {
+            return;
+        };
+        let mut state = self.state.clone();
+        if let Ok(m) = stream.dict.get(b"Matrix").and_then(Object::as_array) {
+            let v: Vec<f64> = m
+                .iter()
+                .filter_map(|o| o.as_float().ok().map(f64::from))
+                .filter(|v| v.is_finite())
+                .collect();
+            if let [a, b, c, d, e, f] = v[..] {
+                state.ctm = mul(&[a, b, c, d, e, f], &state.ctm);
+            }
+        }
+        let resources = stream
+            .dict
+            .get_deref(b"Resources", doc)
+            .and_then(Object::as_dict)
+            .ok();
+        let fonts = match resources.and_then(|r| r.get_deref(b"Font", doc).ok()) {
+            Some(Object::Dictionary(fonts)) => Fonts::Own(
+                fonts
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        Some((k.clone(), doc.dereference(v).ok()?.1.as_dict().ok()?))
+                    })
+                    .collect(),
+            ),
+            _ => Fonts::Inherited(self.encodings),
+        };
+        let xobjects = resources
+            .and_then(|r| r.get_deref(b"XObject", doc).and_then(Object::as_dict).ok())
+            .or(self.xobjects);
+        let before = self.sh.out.text.len();
+        walk_stream(
+            self.sh,
+            fonts,
+            xobjects,
+            &content.operations,
+            state,
+            self.depth + 1,
+        );
+        // A form is drawn apart: the text after it goes on a new line.
+        if self.sh.out.text.len() > before {
+            self.newline();
+        }
+    }
+
     fn newline(&mut self) {
-        if !self.out.text.ends_with('\n') {
-            self.out.text.push('\n');
+        if !self.sh.out.text.ends_with('\n') {
+            self.sh.out.text.push('\n');
         }
     }
 
@@ -526,6 +665,11 @@ impl Walk<'_, '_> {
                 self.newline();
             }
             "Tj" | "TJ" => self.show(&op.operands),
+            "Do" => {
+                if let Some(Ok(name)) = op.operands.first().map(Object::as_name) {
+                    self.form(name);
+                }
+            }
             "'" | "\"" => {
                 let l = st.leading;
                 self.move_line(0.0, -l);
@@ -569,7 +713,7 @@ impl Walk<'_, '_> {
         if size <= TINY_PT {
             return Some(Hidden::Tiny);
         }
-        if let Some([x0, y0, x1, y1]) = self.page {
+        if let Some([x0, y0, x1, y1]) = self.sh.page {
             // Where the text starts, and a rough width (half an em per
             // character) so a line starting left of the page but running
             // onto it is not called outside.
@@ -591,10 +735,10 @@ impl Walk<'_, '_> {
         let visible_chars = shown.chars().filter(|c| !c.is_whitespace()).count();
         if visible_chars > 0 {
             if let Some(reason) = self.hidden(visible_chars) {
-                self.out.hidden.push((reason, shown.clone()));
+                self.sh.out.hidden.push((reason, shown.clone()));
             }
         }
-        self.out.text.push_str(&shown);
+        self.sh.out.text.push_str(&shown);
     }
 }
 
