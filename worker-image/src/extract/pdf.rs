@@ -91,24 +91,7 @@ pub fn extract(bytes: &[u8]) -> Extracted {
     let mut tally = Tally::default();
     let pages = doc.get_pages();
     ex.pages = Some(pages.len() as u64);
-    let mut failed_pages = Vec::new();
-    let mut hidden = HiddenText::default();
-    let mut cut_pages = Vec::new();
-    let mut glyphs = pdftext::GlyphCache::default();
-    for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
-        match pdftext::page_text(&doc, page_id, &mut glyphs) {
-            Ok(page) => {
-                ex.text.push_str(page.text.trim_end());
-                ex.text.push_str("\n\n");
-                hidden.add(number, &page.hidden, &mut ex);
-                if page.ops_cut {
-                    cut_pages.push(number.to_string());
-                }
-            }
-            Err(e) => failed_pages.push(format!("{number} ({e})")),
-        }
-        annotations(&doc, page_id, &mut ex, &mut tally);
-    }
+    let (failed_pages, cut_pages) = pages_text(&doc, &pages, &mut ex, &mut tally);
     if pages.len() > MAX_PAGES {
         ex.warn(
             WarningKind::Limit,
@@ -146,7 +129,6 @@ pub fn extract(bytes: &[u8]) -> Extracted {
             ),
         );
     }
-    hidden.warn(&mut ex);
     walk_objects(&doc, &mut ex, &mut tally);
     ex.warnings.extend(tally.into_warnings());
     if ex.title.is_none() {
@@ -229,6 +211,37 @@ fn list(items: &[String]) -> String {
         s.push_str(", …");
     }
     s
+}
+
+/// Reads every page's text (up to [`MAX_PAGES`]) and annotations, warns
+/// about hidden text, and returns the pages whose text failed and the
+/// pages cut at the operation cap.
+fn pages_text(
+    doc: &Document,
+    pages: &BTreeMap<u32, ObjectId>,
+    ex: &mut Extracted,
+    tally: &mut Tally,
+) -> (Vec<String>, Vec<String>) {
+    let mut failed_pages = Vec::new();
+    let mut hidden = HiddenText::default();
+    let mut cut_pages = Vec::new();
+    let mut glyphs = pdftext::GlyphCache::default();
+    for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
+        match pdftext::page_text(doc, page_id, &mut glyphs) {
+            Ok(page) => {
+                ex.text.push_str(page.text.trim_end());
+                ex.text.push_str("\n\n");
+                hidden.add(number, &page.hidden, ex);
+                if page.ops_cut {
+                    cut_pages.push(number.to_string());
+                }
+            }
+            Err(e) => failed_pages.push(format!("{number} ({e})")),
+        }
+        annotations(doc, page_id, ex, tally);
+    }
+    hidden.warn(ex);
+    (failed_pages, cut_pages)
 }
 
 fn info(doc: &Document, ex: &mut Extracted) {

@@ -609,6 +609,8 @@ impl Walk<'_, '_, '_> {
         self.state.white = is_white(space, &colour_operands(op));
     }
 
+    /// Interprets one operation: graphics state, text state and position,
+    /// shown text, forms; the rest in [`Walk::fill_op`].
     fn op(&mut self, op: &Operation) {
         let st = &mut self.state;
         match op.operator.as_str() {
@@ -679,22 +681,26 @@ impl Walk<'_, '_, '_> {
                     self.show(std::slice::from_ref(s));
                 }
             }
+            _ => self.fill_op(op),
+        }
+    }
+
+    /// The fill colour operators (stroke colours do not hide filled text).
+    fn fill_op(&mut self, op: &Operation) {
+        match op.operator.as_str() {
             "g" => self.set_fill(Space::Gray, op),
             "rg" => self.set_fill(Space::Rgb, op),
             "k" => self.set_fill(Space::Cmyk, op),
             "cs" => {
-                st.space = match op.operands.first().map(Object::as_name) {
+                self.state.space = match op.operands.first().map(Object::as_name) {
                     Some(Ok(b"DeviceGray")) => Space::Gray,
                     Some(Ok(b"DeviceRGB")) => Space::Rgb,
                     Some(Ok(b"DeviceCMYK")) => Space::Cmyk,
                     _ => Space::Other,
                 };
-                st.white = false;
+                self.state.white = false;
             }
-            "sc" | "scn" => {
-                let space = st.space;
-                self.set_fill(space, op);
-            }
+            "sc" | "scn" => self.set_fill(self.state.space, op),
             _ => {}
         }
     }
