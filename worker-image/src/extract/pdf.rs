@@ -21,6 +21,9 @@ use crate::warnings::Tally;
 
 /// Pages whose text is extracted; the page count covers all of them.
 pub const MAX_PAGES: usize = 2000;
+/// Content operations interpreted over the whole document; the pages
+/// after the one that crosses it are counted but not read.
+pub const MAX_DOC_OPS: usize = 20_000_000;
 /// Objects visited by the warning walk.
 const MAX_VISITS: usize = 2_000_000;
 /// Outline items visited.
@@ -91,7 +94,7 @@ pub fn extract(bytes: &[u8]) -> Extracted {
     let mut tally = Tally::default();
     let pages = doc.get_pages();
     ex.pages = Some(pages.len() as u64);
-    let (failed_pages, cut_pages) = pages_text(&doc, &pages, &mut ex, &mut tally);
+    let (failed_pages, cut_pages) = pages_text(&doc, &pages, &mut ex, &mut tally, MAX_DOC_OPS);
     if pages.len() > MAX_PAGES {
         ex.warn(
             WarningKind::Limit,
@@ -213,7 +216,8 @@ fn list(items: &[String]) -> String {
     s
 }
 
-/// Reads every page's text (up to [`MAX_PAGES`]) and annotations, warns
+/// Reads every page's text (up to [`MAX_PAGES`] pages and `max_ops`
+/// content operations in all) and annotations, warns
 /// about hidden text, and returns the pages whose text failed and the
 /// pages cut at the operation cap.
 fn pages_text(
@@ -221,14 +225,28 @@ fn pages_text(
     pages: &BTreeMap<u32, ObjectId>,
     ex: &mut Extracted,
     tally: &mut Tally,
+    max_ops: usize,
 ) -> (Vec<String>, Vec<String>) {
     let mut failed_pages = Vec::new();
     let mut hidden = HiddenText::default();
     let mut cut_pages = Vec::new();
     let mut glyphs = pdftext::GlyphCache::default();
+    let mut ops = 0usize;
     for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
+        if ops >= max_ops {
+            ex.warn(
+                WarningKind::Limit,
+                Severity::Low,
+                format!(
+                    "more than {max_ops} content operations; text taken from the first {} pages",
+                    number - 1
+                ),
+            );
+            break;
+        }
         match pdftext::page_text(doc, page_id, &mut glyphs) {
             Ok(page) => {
+                ops += page.ops;
                 ex.text.push_str(page.text.trim_end());
                 ex.text.push_str("\n\n");
                 hidden.add(number, &page.hidden, ex);
@@ -742,6 +760,41 @@ mod tests {
             "{:?}",
             ex.warnings
         );
+    }
+
+    #[test]
+    fn the_document_wide_operation_cap_stops_reading_pages() {
+        let page = |content: usize| {
+            format!("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 600 800] /Resources << /Font << /F1 6 0 R >> >> /Contents {content} 0 R >>")
+        };
+        let body = "BT /F1 12 Tf 72 700 Td (Same words.) Tj ET";
+        let objects = vec![
+            "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+            "<< /Type /Pages /Kids [3 0 R 4 0 R 5 0 R] /Count 3 >>".to_string(),
+            page(7),
+            page(7),
+            page(7),
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+            format!("<< /Length {} >>\nstream\n{body}\nendstream", body.len()),
+        ];
+        let doc = Document::load_mem(&golem_test_corpus::pdf_from_objects(&objects, 1, None))
+            .expect("pdf");
+        let mut ex = Extracted::default();
+        let mut tally = Tally::default();
+        // Five operations a page: the cap is crossed on page 2.
+        pages_text(&doc, &doc.get_pages(), &mut ex, &mut tally, 6);
+        assert_eq!(ex.text.as_str().matches("Same words.").count(), 2);
+        assert!(
+            ex.warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::Limit && w.message.contains("first 2 pages")),
+            "{:?}",
+            ex.warnings
+        );
+        let mut ex = Extracted::default();
+        pages_text(&doc, &doc.get_pages(), &mut ex, &mut tally, MAX_DOC_OPS);
+        assert_eq!(ex.text.as_str().matches("Same words.").count(), 3);
+        assert!(ex.warnings.is_empty(), "{:?}", ex.warnings);
     }
 
     #[test]

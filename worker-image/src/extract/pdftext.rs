@@ -65,6 +65,8 @@ pub struct PageText {
     pub hidden: Vec<(Hidden, String)>,
     /// Whether the page had more than [`MAX_OPS`] operations.
     pub ops_cut: bool,
+    /// Operations interpreted (forms included).
+    pub ops: usize,
 }
 
 type Matrix = [f64; 6];
@@ -437,6 +439,7 @@ pub fn page_text(
         0,
     );
     *cache = sh.glyphs;
+    sh.out.ops = sh.ops;
     Ok(sh.out)
 }
 
