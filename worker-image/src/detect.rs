@@ -305,15 +305,45 @@ fn looks_like_csv(text: &str, cut: bool) -> bool {
             return true;
         }
     }
-    false
+    [',', '\t', ';']
+        .into_iter()
+        .any(|delim| looks_like_ragged_csv(&lines, delim))
+}
+
+/// Rows with differing field counts are still CSV when the delimiter is in
+/// every line and the fields read like data, not prose: at least three
+/// lines, at most a quarter of the commas or semicolons followed by a space
+/// (prose writes "a, b"; CSV writes "a,b"), three words or fewer per field
+/// on average, and at most a fifth of the lines ending like a sentence.
+fn looks_like_ragged_csv(lines: &[&str], delim: char) -> bool {
+    if lines.len() < 3 || lines.iter().any(|l| fields_in_line(l, delim) == 0) {
+        return false;
+    }
+    let mut delims = 0usize;
+    let mut spaced = 0usize;
+    let mut fields = 0usize;
+    let mut words = 0usize;
+    let mut sentences = 0usize;
+    for line in lines {
+        let n = fields_in_line(line, delim);
+        delims += n;
+        fields += n + 1;
+        words += line.split_whitespace().count();
+        spaced += line.matches(&format!("{delim} ")).count();
+        if line.trim_end().ends_with(['.', '!', '?']) {
+            sentences += 1;
+        }
+    }
+    (delim == '\t' || spaced * 4 <= delims) && words <= 3 * fields && sentences * 5 <= lines.len()
 }
 
 /// Scores Markdown signals in the first 200 lines: an ATX heading counts 2,
 /// a link or a fenced block 2, lists, quotes, emphasis, tables and setext
-/// underlines 1 each kind. Two points make Markdown.
+/// underlines 1 each kind, and a front matter block (`---`/`+++` fenced) at
+/// the start 1. Two points make Markdown.
 fn looks_like_markdown(text: &str) -> bool {
     let mut score = 0;
-    let mut seen = [false; 8];
+    let mut seen = [false; 9];
     let mut mark = |i: usize, points: u32, score: &mut u32| {
         if !seen[i] {
             seen[i] = true;
@@ -358,6 +388,9 @@ fn looks_like_markdown(text: &str) -> bool {
             mark(7, 1, &mut score);
         }
         prev_text = !t.is_empty() && !underline;
+    }
+    if crate::extract::markdown::has_front_matter(text) {
+        mark(8, 1, &mut score);
     }
     score >= 2
 }
@@ -408,7 +441,33 @@ mod tests {
         assert_eq!(kind("a,b,c\n1,2,3\n4,5,6\n"), DocType::Csv);
         assert_eq!(kind("a\tb\n1\t2\n3\t4\n"), DocType::Csv);
         assert_eq!(kind("# Title\n\nSome text.\n"), DocType::Markdown);
+        assert_eq!(
+            kind("---\ntitle: Notes\n---\nJust a line of text.\n"),
+            DocType::Markdown
+        );
+        assert_eq!(kind("---\nkey: value\nother: 1\n"), DocType::Text);
         assert_eq!(kind("Hello, world.\nJust text here\n"), DocType::Text);
+        // Ragged CSV: a consistent delimiter, differing field counts.
+        assert_eq!(
+            kind("id,name,city\n1,Ann,Oslo,extra\n2,Bob\n3,Cy,Lyon\n"),
+            DocType::Csv
+        );
+        assert_eq!(kind("a\tb\tc\n1\t2\n3\t4\t5\t6\n"), DocType::Csv);
+        // Prose with commas in every line is still text.
+        assert_eq!(
+            kind(
+                "Hello, world. This is text, with commas.\nAnother line, yes, it is.\n\
+                  Third line, indeed, with more words in it, and more\nA fourth, and last, one\n"
+            ),
+            DocType::Text
+        );
+        assert_eq!(
+            kind(
+                "We met Ann,Bob and Cy at the harbour on a sunny day.\nThen,we left.\n\
+                  After that,everyone went home,tired but happy.\n"
+            ),
+            DocType::Text
+        );
         assert_eq!(kind(""), DocType::Text);
     }
 

@@ -608,15 +608,66 @@ pub fn index_markdown(d: &IndexData<'_>) -> String {
     md
 }
 
-/// Escapes a task line for the index (first line, cut).
+/// The most characters of the task's first line the index shows.
+pub const TASK_LINE_CHARS: usize = 300;
+
+/// Escapes a task line for the index: the first line, whitespace collapsed,
+/// whole up to [`TASK_LINE_CHARS`] characters; a longer one is cut at the
+/// last space before the limit (never mid-word, unless one word fills the
+/// whole limit) and ends with `…`.
 pub fn task_line(first: &str) -> String {
-    crate::escape::display_line(first, false)
+    let line = first.split_whitespace().collect::<Vec<_>>().join(" ");
+    let Some((limit, _)) = line.char_indices().nth(TASK_LINE_CHARS) else {
+        return crate::escape::display_chars(&line, TASK_LINE_CHARS, false);
+    };
+    // `limit` is the byte offset of the first character past the cap; a
+    // space there means the cap falls right after a whole word.
+    let end = if line[limit..].starts_with(' ') {
+        limit
+    } else {
+        line[..limit].rfind(' ').filter(|&i| i > 0).unwrap_or(limit)
+    };
+    crate::escape::display_chars(line[..end].trim_end(), TASK_LINE_CHARS, true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{DocType, Link, Warning, WarningKind};
+
+    #[test]
+    fn task_line_keeps_whole_words() {
+        assert_eq!(
+            task_line("  Summarise   the inputs.  "),
+            "Summarise the inputs."
+        );
+        let words = "alpha beta gamma delta ".repeat(30);
+        let line = task_line(&words);
+        assert!(line.ends_with('…'), "{line}");
+        let kept = line.trim_end_matches('…');
+        assert!(kept.chars().count() <= TASK_LINE_CHARS, "{line}");
+        assert!(kept.chars().count() > TASK_LINE_CHARS - 10, "{line}");
+        assert!(
+            words.starts_with(kept) && words[kept.len()..].starts_with(' '),
+            "{line}"
+        );
+        // Exactly at the cap: whole, no mark.
+        let exact = "a".repeat(TASK_LINE_CHARS);
+        assert_eq!(task_line(&exact), exact);
+        // The cap falls right after a word: that word is kept.
+        let at_space = format!("{} rest", "b".repeat(TASK_LINE_CHARS));
+        assert_eq!(
+            task_line(&at_space),
+            format!("{}…", "b".repeat(TASK_LINE_CHARS))
+        );
+        // One endless word has to be cut.
+        let one = "c".repeat(TASK_LINE_CHARS + 50);
+        assert_eq!(task_line(&one).chars().count(), TASK_LINE_CHARS + 1);
+        // Multi-byte characters cut on a boundary, escapes still applied.
+        let accents = "é\u{1b} ".repeat(200);
+        assert!(task_line(&accents).ends_with('…'));
+        assert!(!task_line(&accents).contains('\u{1b}'));
+    }
 
     #[test]
     fn sanitize_escapes_everything() {

@@ -210,6 +210,9 @@ fn sentences(text: &str) -> Vec<&str> {
         let mut chars = para.char_indices().peekable();
         while let Some((i, c)) = chars.next() {
             let boundary = match c {
+                // A spaced dot leader (`. . . .`) is not a run of
+                // sentence ends.
+                '.' if para[i + 1..].trim_start_matches(' ').starts_with('.') => false,
                 '.' | '!' | '?' => chars.peek().is_none_or(|&(_, n)| n.is_whitespace()),
                 '\n' => {
                     // A line without final punctuation that is followed by a
@@ -248,6 +251,45 @@ fn words_of(s: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
+/// Whether a sentence is a table-of-contents or index line rather than
+/// prose: it has a dot leader (four or more dots, `…`, `·` or `:` in a row,
+/// single spaces between them allowed), or at least two of every five of
+/// its words (or all of them) are page numbers (digits or lower-case roman
+/// numerals).
+fn is_toc_like(s: &str) -> bool {
+    let mut run = 0;
+    let mut gap = false;
+    for c in s.chars() {
+        match c {
+            '.' | '·' | ':' => run += 1,
+            '…' => run += 3,
+            ' ' if run > 0 && !gap => {
+                gap = true;
+                continue;
+            }
+            _ => run = 0,
+        }
+        gap = false;
+        if run >= 4 {
+            return true;
+        }
+    }
+    let tokens: Vec<&str> = s
+        .split_whitespace()
+        .map(|t| t.trim_matches(|c: char| !c.is_alphanumeric()))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let numbers = tokens
+        .iter()
+        .filter(|t| {
+            t.chars().all(|c| c.is_ascii_digit())
+                || (t.len() <= 5 && t.chars().all(|c| "ivxlc".contains(c)))
+        })
+        .count();
+    (numbers > 0 && numbers == tokens.len())
+        || (tokens.len() >= 3 && numbers * 5 >= tokens.len() * 2)
+}
+
 /// Picks up to `max` sentences with the highest average frequency of their
 /// content words (stopwords excluded), and returns them in original order.
 /// Very short sentences (under four words) are skipped unless nothing else
@@ -267,7 +309,11 @@ pub fn summarize(text: &str, max: usize) -> Vec<String> {
         }
     }
     let mut scored: Vec<(usize, f64)> = Vec::new();
-    for (i, s) in sents.iter().enumerate() {
+    let candidates: Vec<usize> = (0..sents.len())
+        .filter(|&i| !is_toc_like(sents[i]))
+        .collect();
+    for &i in &candidates {
+        let s = sents[i];
         let words: Vec<String> = words_of(s).collect();
         if words.len() < 4 {
             continue;
@@ -286,7 +332,7 @@ pub fn summarize(text: &str, max: usize) -> Vec<String> {
         scored.push((i, score));
     }
     if scored.is_empty() {
-        scored = (0..sents.len().min(max)).map(|i| (i, 0.0)).collect();
+        scored = candidates.iter().take(max).map(|&i| (i, 0.0)).collect();
     }
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     scored.truncate(max);
@@ -357,6 +403,41 @@ mod tests {
                 "HTTPS://Upper.Test/Path"
             ]
         );
+    }
+
+    #[test]
+    fn summary_never_picks_table_of_contents_lines() {
+        let text = "Contents\n\nIntroduction to the budget ........ 3\n\
+                    Budget roads and budget parks . . . . . . 7\n\
+                    Budget details for roads … … 9\n\
+                    1 Budget roads 3 2 Budget parks 5 3 Budget schools 8 4 Budget 9\n\n\
+                    The budget for roads grew this year. Parks kept their budget. \
+                    The schools budget is new in this year's budget plan.\n";
+        let summary = summarize(text, 5);
+        assert_eq!(
+            summary,
+            [
+                "The budget for roads grew this year.",
+                "Parks kept their budget.",
+                "The schools budget is new in this year's budget plan."
+            ]
+        );
+        assert!(!is_toc_like(
+            "It costs 3 dollars... or so, said the 2 of them."
+        ));
+        assert!(!is_toc_like(
+            "In 2020 the plan changed and in 2021 it grew."
+        ));
+        assert!(is_toc_like("Index of terms.....12"));
+        assert!(is_toc_like("Preface ix Foreword xi"));
+        assert!(is_toc_like(
+            "Function Index asn1_create : : : : : : : 9 asn1_delete"
+        ));
+        assert!(!is_toc_like(
+            "Use std::io::Read and a::b: here is the rest of it."
+        ));
+        // Only TOC lines: no summary rather than a TOC line.
+        assert!(summarize("Introduction ........ 3\nUsage ........ 5\n", 5).is_empty());
     }
 
     #[test]

@@ -235,4 +235,21 @@ mod tests {
         assert_eq!(ex.warnings.len(), 1);
         assert_eq!(ex.warnings[0].kind, WarningKind::Script);
     }
+
+    const GOOD: &str = "a,b\n1,2\n";
+
+    #[test]
+    fn ragged_csv_says_so() {
+        let text = "id,name,city\n1,Ann,Oslo,extra\n2,Bob\n";
+        let a = crate::extract::analyze(
+            text.as_bytes().to_vec(),
+            text.len() as u64,
+            false,
+            crate::extract::Mode::Report,
+        );
+        assert_eq!(a.doc_type, crate::model::DocType::Csv);
+        assert_eq!(a.details["ragged"], true);
+        assert_eq!(a.details["columns"], 4);
+        assert!(!extract_csv(GOOD).details.contains_key("ragged"));
+    }
 }

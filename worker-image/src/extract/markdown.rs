@@ -85,8 +85,113 @@ fn comment_warning(what: &str, quotes: &[String]) -> Option<Warning> {
     )
 }
 
-/// Extracts a Markdown document; the title is its first heading.
+/// Lines a front matter block may have; a longer one is taken as Markdown.
+const MAX_FRONT_MATTER_LINES: usize = 1000;
+
+/// A front matter block at the very start: YAML between `---` and `---` (or
+/// `...`), or TOML between `+++` and `+++`.
+struct FrontMatter<'a> {
+    /// The lines between the fences.
+    body: &'a str,
+    /// The document after the closing fence.
+    rest: &'a str,
+    /// `:` for YAML, `=` for TOML.
+    sep: char,
+}
+
+/// Whether the document opens with a closed front matter block (a Markdown
+/// signal for [`crate::detect`]).
+pub fn has_front_matter(text: &str) -> bool {
+    front_matter(text).is_some()
+}
+
+/// Splits off a front matter block, if the document opens with one that is
+/// closed.
+fn front_matter(markdown: &str) -> Option<FrontMatter<'_>> {
+    let text = markdown.strip_prefix('\u{feff}').unwrap_or(markdown);
+    let (first, mut rest) = text.split_once('\n')?;
+    let (close, sep): (&[&str], char) = match first.trim_end() {
+        "---" => (&["---", "..."], ':'),
+        "+++" => (&["+++"], '='),
+        _ => return None,
+    };
+    let body_start = rest;
+    for _ in 0..MAX_FRONT_MATTER_LINES {
+        let (line, next) = rest.split_once('\n').unwrap_or((rest, ""));
+        if close.contains(&line.trim_end()) {
+            let body = &body_start[..body_start.len() - rest.len()];
+            return Some(FrontMatter {
+                body,
+                rest: next,
+                sep,
+            });
+        }
+        if next.is_empty() {
+            return None;
+        }
+        rest = next;
+    }
+    None
+}
+
+/// The simple `key: value` (YAML) or `key = value` (TOML) pairs of a front
+/// matter block: unindented, a plain key, a scalar value (quotes removed);
+/// lists, tables, nested maps and block scalars are skipped.
+fn front_matter_pairs<'a>(fm: &FrontMatter<'a>) -> Vec<(&'a str, String)> {
+    let mut out = Vec::new();
+    for line in fm.body.lines() {
+        if line.starts_with([' ', '\t', '#', '-', '[']) {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(fm.sep) else {
+            continue;
+        };
+        let key = key.trim();
+        let value = value.trim();
+        if key.is_empty()
+            || !key
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            || value.is_empty()
+            || value.starts_with(['|', '>', '[', '{', '&', '*'])
+        {
+            continue;
+        }
+        let unquoted = ['"', '\'']
+            .iter()
+            .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+            .unwrap_or(value);
+        out.push((key, unquoted.to_string()));
+    }
+    out
+}
+
+/// Extracts a Markdown document; the title is the front matter's `title`,
+/// else its first heading.
 pub fn extract(markdown: &str) -> Extracted {
+    let fm = front_matter(markdown);
+    let body = fm.as_ref().map_or(markdown, |f| f.rest);
+    let mut ex = extract_body(body);
+    if let Some(fm) = fm {
+        // Many renderers hide front matter: all of it is scanned as hidden
+        // text, and its simple pairs become the title and metadata.
+        ex.hidden.push_str(fm.body);
+        ex.hidden.push('\n');
+        for (key, value) in front_matter_pairs(&fm) {
+            if key.eq_ignore_ascii_case("title") {
+                let title = value.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !title.is_empty() {
+                    ex.title = Some(title);
+                }
+            } else {
+                ex.meta(&key.to_ascii_lowercase(), &value);
+            }
+        }
+    }
+    ex
+}
+
+fn extract_body(markdown: &str) -> Extracted {
     let mut options = Options::empty();
     options.insert(Options::ENABLE_TABLES);
     options.insert(Options::ENABLE_STRIKETHROUGH);
@@ -202,6 +307,51 @@ mod tests {
             !text.contains("approve") && text.contains("in code, shown"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn yaml_front_matter_is_title_and_metadata_not_text() {
+        let ex = extract(
+            "---\ntitle: \"Release  Notes\"\nauthor: Ann Lee\ntags:\n  - a\n  - b\n\
+             description: |\n  long\ndate: 2024-01-02\n---\n# Changes\n\nFaster builds.\n",
+        );
+        assert_eq!(ex.title.as_deref(), Some("Release Notes"));
+        assert_eq!(
+            ex.metadata.get("author").map(String::as_str),
+            Some("Ann Lee")
+        );
+        assert_eq!(
+            ex.metadata.get("date").map(String::as_str),
+            Some("2024-01-02")
+        );
+        assert_eq!(ex.metadata.len(), 2, "{:?}", ex.metadata);
+        let outline: Vec<&str> = ex.outline.iter().map(|h| h.text.as_str()).collect();
+        assert_eq!(outline, ["Changes"]);
+        let text = ex.text.as_str();
+        assert!(
+            !text.contains("Ann Lee") && text.contains("Faster builds."),
+            "{text}"
+        );
+        assert!(ex.hidden.as_str().contains("author: Ann Lee"));
+    }
+
+    #[test]
+    fn toml_front_matter_and_what_is_not_front_matter() {
+        let ex = extract("+++\ntitle = 'Hugo page'\ndraft = false\n+++\nBody text.\n");
+        assert_eq!(ex.title.as_deref(), Some("Hugo page"));
+        assert_eq!(ex.metadata.get("draft").map(String::as_str), Some("false"));
+        assert!(!ex.text.as_str().contains("draft"));
+        // YAML closed with `...`.
+        let ex = extract("---\ntitle: Dots\n...\nBody.\n");
+        assert_eq!(ex.title.as_deref(), Some("Dots"));
+        // Not closed: an ordinary rule, and the text stays.
+        let ex = extract("---\ntitle: Open\n\nBody.\n");
+        assert_eq!(ex.title, None);
+        assert!(ex.text.as_str().contains("title: Open"));
+        // A rule later in the document is not front matter.
+        let ex = extract("# Head\n\n---\nkey: v\n---\n");
+        assert_eq!(ex.title.as_deref(), Some("Head"));
+        assert!(ex.metadata.is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod docx;
 pub mod html;
 pub mod markdown;
 pub mod pdf;
+pub mod pdftext;
 
 use std::collections::{BTreeMap, HashSet};
 

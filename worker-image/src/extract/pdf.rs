@@ -1,7 +1,7 @@
 //! PDF with lopdf: Info dictionary, page count, outline (bookmarks), text
 //! per page, link annotations, and the active or hidden content a reviewer
 //! must know about (JavaScript, OpenAction, additional actions, Launch,
-//! embedded files, text rendering mode 3).
+//! embedded files, and text a reader does not see: see [`super::pdftext`]).
 //!
 //! lopdf parses object streams and decodes `#xx` escapes in names, so the
 //! warnings come from a walk over every parsed object rather than from a
@@ -9,17 +9,21 @@
 //! cannot be parsed at all does a raw scan of the bytes report what names it
 //! contains.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
-use lopdf::content::Content;
 use lopdf::{decode_text_string, Dictionary, Document, Object, ObjectId};
 
+use super::pdftext::{self, Hidden};
 use super::{cap_chars, Extracted};
+use crate::escape::display_chars;
 use crate::model::{Severity, WarningKind};
 use crate::warnings::Tally;
 
 /// Pages whose text is extracted; the page count covers all of them.
 pub const MAX_PAGES: usize = 2000;
+/// Content operations interpreted over the whole document; the pages
+/// after the one that crosses it are counted but not read.
+pub const MAX_DOC_OPS: usize = 20_000_000;
 /// Objects visited by the warning walk.
 const MAX_VISITS: usize = 2_000_000;
 /// Outline items visited.
@@ -90,21 +94,7 @@ pub fn extract(bytes: &[u8]) -> Extracted {
     let mut tally = Tally::default();
     let pages = doc.get_pages();
     ex.pages = Some(pages.len() as u64);
-    let mut failed_pages = Vec::new();
-    let mut invisible_pages = Vec::new();
-    for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
-        match doc.extract_text(&[number]) {
-            Ok(text) => {
-                ex.text.push_str(text.trim_end());
-                ex.text.push_str("\n\n");
-            }
-            Err(e) => failed_pages.push(format!("{number} ({e})")),
-        }
-        if uses_invisible_text(&doc, page_id) {
-            invisible_pages.push(number.to_string());
-        }
-        annotations(&doc, page_id, &mut ex, &mut tally);
-    }
+    let (failed_pages, cut_pages) = pages_text(&doc, &pages, &mut ex, &mut tally, MAX_DOC_OPS);
     if pages.len() > MAX_PAGES {
         ex.warn(
             WarningKind::Limit,
@@ -112,6 +102,17 @@ pub fn extract(bytes: &[u8]) -> Extracted {
             format!(
                 "{} pages; text taken from the first {MAX_PAGES}",
                 pages.len()
+            ),
+        );
+    }
+    if !cut_pages.is_empty() {
+        ex.warn(
+            WarningKind::Limit,
+            Severity::Low,
+            format!(
+                "page(s) {} have more than {} content operations; text and hidden-text checks stop there",
+                list(&cut_pages),
+                pdftext::MAX_OPS
             ),
         );
     }
@@ -131,27 +132,134 @@ pub fn extract(bytes: &[u8]) -> Extracted {
             ),
         );
     }
-    if !invisible_pages.is_empty() {
-        let shown: Vec<&str> = invisible_pages
-            .iter()
-            .take(20)
-            .map(String::as_str)
-            .collect();
-        ex.warn(
-            WarningKind::HiddenText,
-            Severity::Medium,
-            format!(
-                "text drawn invisibly (rendering mode 3) on page(s) {}; it is included in the extracted text",
-                shown.join(", ")
-            ),
-        );
-    }
     walk_objects(&doc, &mut ex, &mut tally);
     ex.warnings.extend(tally.into_warnings());
     if ex.title.is_none() {
         ex.title = ex.outline.first().map(|h| h.text.clone());
     }
     ex
+}
+
+/// Hidden text quoted in the warning.
+const HIDDEN_SAMPLE_CHARS: usize = 400;
+
+/// Text a reader does not see, gathered over the pages for one warning.
+#[derive(Default)]
+struct HiddenText {
+    chars: u64,
+    reasons: BTreeMap<Hidden, u64>,
+    pages: Vec<String>,
+    sample: String,
+}
+
+impl HiddenText {
+    /// Counts a page's hidden strings, quotes the first ones, and hands
+    /// them all to the prompt-injection scan as hidden text.
+    fn add(&mut self, page: u32, pieces: &[(Hidden, String)], ex: &mut Extracted) {
+        if pieces.is_empty() {
+            return;
+        }
+        self.pages.push(page.to_string());
+        for (reason, text) in pieces {
+            *self.reasons.entry(*reason).or_insert(0) += 1;
+            let trimmed = text.trim();
+            self.chars += trimmed.chars().count() as u64;
+            ex.hidden.push_collapsed(trimmed);
+            ex.hidden.push_collapsed(" ");
+            if self.sample.chars().count() < HIDDEN_SAMPLE_CHARS {
+                if !self.sample.is_empty() {
+                    self.sample.push(' ');
+                }
+                self.sample
+                    .push_str(&cap_chars(trimmed, HIDDEN_SAMPLE_CHARS));
+            }
+        }
+        ex.hidden.push('\n');
+    }
+
+    fn warn(self, ex: &mut Extracted) {
+        if self.chars == 0 {
+            return;
+        }
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(r, n)| format!("{} ×{n}", r.as_str()))
+            .collect();
+        ex.warnings.push(
+            crate::model::Warning::new(
+                WarningKind::HiddenText,
+                Severity::Medium,
+                format!(
+                    "{} characters of text a reader does not see ({}) on page(s) {}; it is included in the extracted text",
+                    self.chars,
+                    reasons.join(", "),
+                    list(&self.pages)
+                ),
+            )
+            .with_snippet(display_chars(&self.sample, HIDDEN_SAMPLE_CHARS, false)),
+        );
+    }
+}
+
+/// The first 20 items of a list, comma-separated, with "…" past them.
+fn list(items: &[String]) -> String {
+    let mut s = items
+        .iter()
+        .take(20)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > 20 {
+        s.push_str(", …");
+    }
+    s
+}
+
+/// Reads every page's text (up to [`MAX_PAGES`] pages and `max_ops`
+/// content operations in all) and annotations, warns
+/// about hidden text, and returns the pages whose text failed and the
+/// pages cut at the operation cap.
+fn pages_text(
+    doc: &Document,
+    pages: &BTreeMap<u32, ObjectId>,
+    ex: &mut Extracted,
+    tally: &mut Tally,
+    max_ops: usize,
+) -> (Vec<String>, Vec<String>) {
+    let mut failed_pages = Vec::new();
+    let mut hidden = HiddenText::default();
+    let mut cut_pages = Vec::new();
+    let mut glyphs = pdftext::GlyphCache::default();
+    let mut ops = 0usize;
+    for (&number, &page_id) in pages.iter().take(MAX_PAGES) {
+        if ops >= max_ops {
+            ex.warn(
+                WarningKind::Limit,
+                Severity::Low,
+                format!(
+                    "more than {max_ops} content operations; text taken from the first {} pages",
+                    number - 1
+                ),
+            );
+            break;
+        }
+        match pdftext::page_text(doc, page_id, &mut glyphs) {
+            Ok(page) => {
+                ops += page.ops;
+                ex.text.push_str(page.text.trim_end());
+                ex.text.push_str("\n\n");
+                hidden.add(number, &page.hidden, ex);
+                if page.ops_cut {
+                    cut_pages.push(number.to_string());
+                }
+            }
+            Err(e) => failed_pages.push(format!("{number} ({e})")),
+        }
+        annotations(doc, page_id, ex, tally);
+    }
+    hidden.warn(ex);
+    (failed_pages, cut_pages)
 }
 
 fn info(doc: &Document, ex: &mut Extracted) {
@@ -166,9 +274,74 @@ fn info(doc: &Document, ex: &mut Extracted) {
     }
     for (key, name) in INFO_KEYS {
         if let Some(value) = info.get(key).ok().and_then(|o| text_of(doc, o)) {
+            let value = match *name {
+                "created" | "modified" => pdf_date(&value).unwrap_or(value),
+                _ => value,
+            };
             ex.meta(name, &value);
         }
     }
+}
+
+/// Takes `n` ASCII digits from the front of `s` as a number.
+fn digits(s: &mut &str, n: usize) -> Option<u32> {
+    let head = s.get(..n)?;
+    if !head.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    *s = &s[n..];
+    head.parse().ok()
+}
+
+/// A PDF date (`D:YYYYMMDDHHmmSSOHH'mm'`, every part after the year
+/// optional) as RFC 3339 when it is complete (`2022-05-20T20:13:56+02:00`),
+/// else as what it says (`2022`, `2022-05`, `2022-05-20`, a time without a
+/// zone). None when it does not parse, so the raw value is kept.
+pub fn pdf_date(raw: &str) -> Option<String> {
+    let mut s = raw.trim();
+    s = s.strip_prefix("D:").unwrap_or(s);
+    let year = digits(&mut s, 4)?;
+    let mut out = format!("{year:04}");
+    let Some(month) = digits(&mut s, 2) else {
+        return s.is_empty().then_some(out);
+    };
+    if !(1..=12).contains(&month) {
+        return None;
+    }
+    out.push_str(&format!("-{month:02}"));
+    let Some(day) = digits(&mut s, 2) else {
+        return s.is_empty().then_some(out);
+    };
+    if !(1..=31).contains(&day) {
+        return None;
+    }
+    out.push_str(&format!("-{day:02}"));
+    let Some(hour) = digits(&mut s, 2) else {
+        return s.is_empty().then_some(out);
+    };
+    let minute = digits(&mut s, 2).unwrap_or(0);
+    let second = digits(&mut s, 2).unwrap_or(0);
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    out.push_str(&format!("T{hour:02}:{minute:02}:{second:02}"));
+    let zone = s.trim_end_matches('\'');
+    match zone.chars().next() {
+        None => {}
+        Some('Z') if zone[1..].trim_start_matches(['0', '\'']).is_empty() => out.push('Z'),
+        Some(sign @ ('+' | '-')) => {
+            let mut z = &zone[1..];
+            let zh = digits(&mut z, 2)?;
+            z = z.strip_prefix('\'').unwrap_or(z);
+            let zm = if z.is_empty() { 0 } else { digits(&mut z, 2)? };
+            if !z.is_empty() || zh > 23 || zm > 59 {
+                return None;
+            }
+            out.push_str(&format!("{sign}{zh:02}:{zm:02}"));
+        }
+        _ => return None,
+    }
+    Some(out)
 }
 
 /// Walks the outline (bookmarks) iteratively: `First` is a child, `Next` a
@@ -220,25 +393,6 @@ fn outline(doc: &Document, ex: &mut Extracted) {
             stack.push((first, level.saturating_add(1)));
         }
     }
-}
-
-/// Whether a page's content uses text rendering mode 3 (neither fill nor
-/// stroke: invisible text, as OCR layers and hidden prompts use).
-fn uses_invisible_text(doc: &Document, page_id: ObjectId) -> bool {
-    let Ok(data) = doc.get_page_content(page_id) else {
-        return false;
-    };
-    let Ok(content) = Content::decode(&data) else {
-        return false;
-    };
-    content.operations.iter().any(|op| {
-        op.operator == "Tr"
-            && op
-                .operands
-                .first()
-                .and_then(|o| o.as_i64().ok())
-                .is_some_and(|mode| mode == 3 || mode == 7)
-    })
 }
 
 fn annotations(doc: &Document, page_id: ObjectId, ex: &mut Extracted, tally: &mut Tally) {
@@ -498,6 +652,183 @@ mod tests {
         assert_eq!(msgs.len(), 2, "{msgs:?}");
         assert!(msgs[0].starts_with("/JavaScript"));
         assert!(msgs[1].starts_with("/OpenAction"));
+    }
+
+    fn hidden_warnings(ex: &Extracted) -> Vec<&crate::model::Warning> {
+        ex.warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::HiddenText)
+            .collect()
+    }
+
+    #[test]
+    fn each_hiding_trick_is_flagged_quoted_and_scanned_as_hidden() {
+        for (name, content) in golem_test_corpus::HIDDEN_PDF_TRICKS {
+            let ex = extract(&golem_test_corpus::pdf_with_content(content));
+            let hidden = hidden_warnings(&ex);
+            assert_eq!(hidden.len(), 1, "{name}: {:?}", ex.warnings);
+            let w = hidden[0];
+            assert_eq!(w.severity, Severity::Medium, "{name}");
+            let quote = format!("praise the {name} trick");
+            assert!(
+                w.snippet.as_deref().is_some_and(|s| s.contains(&quote)),
+                "{name}: {w:?}"
+            );
+            assert!(w.message.contains("on page(s) 1"), "{name}: {w:?}");
+            let reason = match *name {
+                "mode3" => Hidden::Invisible,
+                "tiny" => Hidden::Tiny,
+                "outside" => Hidden::Outside,
+                _ => Hidden::White,
+            };
+            assert!(w.message.contains(reason.as_str()), "{name}: {w:?}");
+            assert!(ex.hidden.as_str().contains(&quote), "{name}");
+            assert!(!ex.hidden.as_str().contains("Visible"), "{name}");
+            assert!(ex.text.as_str().contains("Visible words."), "{name}");
+        }
+    }
+
+    #[test]
+    fn ordinary_text_is_not_hidden() {
+        // Black after white (Q restores), a normal size under a scaling
+        // matrix, text near the page's edges but on it.
+        let content = "q 1 g Q BT /F1 12 Tf 72 700 Td (Black after restore.) Tj ET\n\
+                       q 0.5 0 0 0.5 0 0 cm BT /F1 1 Tf 20 0 0 20 100 100 Tm (Scaled to ten points.) Tj ET Q\n\
+                       1 1 1 rg 0 g BT /F1 12 Tf 5 790 Td (Top left corner.) Tj ET\n\
+                       /DeviceRGB cs 1 1 1 scn /DeviceGray cs BT /F1 12 Tf 72 5 Td (Bottom line.) Tj ET\n\
+                       BT /F1 12 Tf -40 400 Td (Starts left of the page edge.) Tj ET\n";
+        let ex = extract(&golem_test_corpus::pdf_with_content(content));
+        assert!(hidden_warnings(&ex).is_empty(), "{:?}", ex.warnings);
+        assert!(ex.hidden.as_str().is_empty());
+        assert!(ex.text.as_str().contains("Scaled to ten points."));
+    }
+
+    #[test]
+    fn text_in_form_xobjects_is_read_and_checked() {
+        let pdf = golem_test_corpus::pdf_with_forms(
+            "BT /F1 12 Tf 72 700 Td (Page words.) Tj ET\n\
+             q /Fm1 Do Q q 1 0 0 1 0 -100 cm /Fm2 Do Q /Fm3 Do\n",
+            &[
+                // No resources: the page's fonts; white fill inside.
+                ("", "1 g BT /F1 12 Tf 72 600 Td (Hidden in a form.) Tj ET"),
+                // Own resources, scaled up: visible.
+                (
+                    "/Matrix [2 0 0 2 0 0] /Resources << /Font << /G1 5 0 R >> >>",
+                    "BT /G1 6 Tf 36 300 Td (Scaled form words.) Tj ET",
+                ),
+                // Scaled down to a tenth: tiny.
+                (
+                    "/Matrix [0.1 0 0 0.1 0 0]",
+                    "BT /F1 12 Tf 720 7000 Td (Shrunk form words.) Tj ET",
+                ),
+            ],
+        );
+        let ex = extract(&pdf);
+        let text = ex.text.as_str();
+        for words in [
+            "Page words.",
+            "Hidden in a form.",
+            "Scaled form words.",
+            "Shrunk form words.",
+        ] {
+            assert!(text.contains(words), "{words}: {text}");
+        }
+        let hidden = hidden_warnings(&ex);
+        assert_eq!(hidden.len(), 1, "{:?}", ex.warnings);
+        let w = hidden[0];
+        assert!(w.message.contains(Hidden::White.as_str()), "{w:?}");
+        assert!(w.message.contains(Hidden::Tiny.as_str()), "{w:?}");
+        let hidden_text = ex.hidden.as_str();
+        assert!(
+            hidden_text.contains("Hidden in a form.") && hidden_text.contains("Shrunk form words.")
+        );
+        assert!(!hidden_text.contains("Scaled") && !hidden_text.contains("Page words"));
+    }
+
+    #[test]
+    fn a_form_drawing_itself_stops_at_the_depth_limit() {
+        let pdf = golem_test_corpus::pdf_with_forms(
+            "/Fm1 Do\n",
+            &[("", "/Fm1 Do /Fm1 Do BT /F1 12 Tf 72 600 Td (Loop.) Tj ET")],
+        );
+        let ex = extract(&pdf);
+        // Depth 1 to MAX_FORM_DEPTH, each level drawing two copies.
+        let copies = ex.text.as_str().matches("Loop.").count();
+        assert_eq!(
+            copies,
+            (1 << pdftext::MAX_FORM_DEPTH) - 1,
+            "{:?}",
+            ex.warnings
+        );
+    }
+
+    #[test]
+    fn the_document_wide_operation_cap_stops_reading_pages() {
+        let page = |content: usize| {
+            format!("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 600 800] /Resources << /Font << /F1 6 0 R >> >> /Contents {content} 0 R >>")
+        };
+        let body = "BT /F1 12 Tf 72 700 Td (Same words.) Tj ET";
+        let objects = vec![
+            "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+            "<< /Type /Pages /Kids [3 0 R 4 0 R 5 0 R] /Count 3 >>".to_string(),
+            page(7),
+            page(7),
+            page(7),
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+            format!("<< /Length {} >>\nstream\n{body}\nendstream", body.len()),
+        ];
+        let doc = Document::load_mem(&golem_test_corpus::pdf_from_objects(&objects, 1, None))
+            .expect("pdf");
+        let mut ex = Extracted::default();
+        let mut tally = Tally::default();
+        // Five operations a page: the cap is crossed on page 2.
+        pages_text(&doc, &doc.get_pages(), &mut ex, &mut tally, 6);
+        assert_eq!(ex.text.as_str().matches("Same words.").count(), 2);
+        assert!(
+            ex.warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::Limit && w.message.contains("first 2 pages")),
+            "{:?}",
+            ex.warnings
+        );
+        let mut ex = Extracted::default();
+        pages_text(&doc, &doc.get_pages(), &mut ex, &mut tally, MAX_DOC_OPS);
+        assert_eq!(ex.text.as_str().matches("Same words.").count(), 3);
+        assert!(ex.warnings.is_empty(), "{:?}", ex.warnings);
+    }
+
+    #[test]
+    fn ligatures_become_letters() {
+        let ex = extract(&golem_test_corpus::ligature_pdf());
+        assert_eq!(
+            ex.text.as_str().trim(),
+            "coefficients differ; the first flow; final words",
+            "{:?}",
+            ex.warnings
+        );
+    }
+
+    #[test]
+    fn pdf_dates_become_rfc_3339_or_what_they_say() {
+        for (raw, want) in [
+            ("D:20220520201356+02'00'", Some("2022-05-20T20:13:56+02:00")),
+            ("D:20220520201356+02'00", Some("2022-05-20T20:13:56+02:00")),
+            ("D:20250208122313Z", Some("2025-02-08T12:23:13Z")),
+            ("D:20250208122313Z00'00'", Some("2025-02-08T12:23:13Z")),
+            ("D:19991231235959-05'30'", Some("1999-12-31T23:59:59-05:30")),
+            ("D:20220520201356", Some("2022-05-20T20:13:56")),
+            ("D:2022052020", Some("2022-05-20T20:00:00")),
+            ("D:2022", Some("2022")),
+            ("D:202205", Some("2022-05")),
+            ("20220520", Some("2022-05-20")),
+            ("D:20221320", None),
+            ("D:2022052", None),
+            ("D:20220520201356+2'00'", None),
+            ("last Tuesday", None),
+            ("", None),
+        ] {
+            assert_eq!(pdf_date(raw).as_deref(), want, "{raw}");
+        }
     }
 
     #[test]
