@@ -189,6 +189,9 @@ pub struct Record {
     pub settings: Settings,
     /// Documents in order.
     pub documents: Vec<Document>,
+    /// Links inside input folders, left out of the batch and never followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<intake::Skipped>,
     /// The combined staged commit (`--stage-as-one`).
     pub staged: Option<String>,
 }
@@ -280,8 +283,12 @@ fn save(home: &Home, record: &Record) -> Result<(), BatchError> {
 /// never followed; refused under `strict`), URLs as given. Local files are listed by fd,
 /// no-follow, and pinned by identity; every path component is checked. Folder names are unique
 /// in the batch.
-pub fn documents(inputs: &[String], strict: bool) -> Result<Vec<Document>, BatchError> {
+pub fn documents(
+    inputs: &[String],
+    strict: bool,
+) -> Result<(Vec<Document>, Vec<intake::Skipped>), BatchError> {
     let mut out: Vec<Document> = Vec::new();
+    let mut skipped: Vec<intake::Skipped> = Vec::new();
     let mut folders: Vec<String> = Vec::new();
     let mut push = |source: String, name: String, pinned: Option<Pinned>| {
         let mut folder = sanitize(&name);
@@ -333,7 +340,16 @@ pub fn documents(inputs: &[String], strict: bool) -> Result<Vec<Document>, Batch
                 push(u.to_string(), name, None);
             }
             Source::Dir(root) => {
-                for (rel, id) in intake::list_files(&root, strict)? {
+                let (files, links) = intake::list_files(&root, strict)?;
+                skipped.extend(links.into_iter().map(|rel| {
+                    let at = rel.iter().fold(root.clone(), |p, c| p.join(c));
+                    intake::Skipped {
+                        source: at.display().to_string(),
+                        name: rel.join("/"),
+                        reason: "symbolic link (never followed; --strict refuses it)".into(),
+                    }
+                }));
+                for (rel, id) in files {
                     let shown = rel.iter().fold(root.clone(), |p, c| p.join(c));
                     let pinned = Pinned {
                         root: root.clone(),
@@ -355,7 +371,7 @@ pub fn documents(inputs: &[String], strict: bool) -> Result<Vec<Document>, Batch
     if out.is_empty() {
         return Err(BatchError::Empty);
     }
-    Ok(out)
+    Ok((out, skipped))
 }
 
 /// The documents a `--from` file lists: one path or URL per line, blank lines and `#`
@@ -373,7 +389,11 @@ fn sanitize(name: &str) -> String {
 }
 
 /// A new batch record.
-pub fn new_record(settings: Settings, documents: Vec<Document>) -> Record {
+pub fn new_record(
+    settings: Settings,
+    documents: Vec<Document>,
+    skipped: Vec<intake::Skipped>,
+) -> Record {
     Record {
         id: home::new_id(),
         created_at: audit::now(),
@@ -381,6 +401,7 @@ pub fn new_record(settings: Settings, documents: Vec<Document>) -> Record {
         state: BatchState::Running,
         settings,
         documents,
+        skipped,
         staged: None,
     }
 }
@@ -796,7 +817,7 @@ pub(crate) mod tests {
             dir.path().join("a").display().to_string(),
             dir.path().join("x.txt").display().to_string(),
         ];
-        let docs = documents(&inputs, false).unwrap();
+        let (docs, _) = documents(&inputs, false).unwrap();
         let folders: Vec<&str> = docs.iter().map(|d| d.folder.as_str()).collect();
         assert_eq!(folders, ["b_x.txt", "x.txt", "x.txt-2"]);
         assert!(docs.iter().all(|d| d.status == DocStatus::Pending));
@@ -869,6 +890,7 @@ pub(crate) mod tests {
                 stage_as_one: false,
             },
             docs,
+            vec![],
         );
         let s = r.summary();
         assert_eq!(
@@ -951,7 +973,7 @@ pub(crate) mod tests {
             jobs: 1,
             stage_as_one: false,
         };
-        let r = new_record(settings.clone(), docs);
+        let r = new_record(settings.clone(), docs, vec![]);
         assert_eq!(r.summary().model, Some(usage(5, 1)));
         let v = serde_json::to_value(r.summary()).unwrap();
         assert_eq!(v["model"]["input_tokens"], 500);
@@ -959,7 +981,7 @@ pub(crate) mod tests {
         let back: Record = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back.documents[1].model, Some(usage(3, 1)));
         // Without model workers the summary says nothing about models.
-        let plain = new_record(settings, vec![doc(DocStatus::Staged, false)]);
+        let plain = new_record(settings, vec![doc(DocStatus::Staged, false)], vec![]);
         let v = serde_json::to_value(plain.summary()).unwrap();
         assert!(v.get("model").is_none(), "{v}");
     }
@@ -987,10 +1009,10 @@ pub(crate) mod tests {
             with(DocStatus::Pending, None),
         ];
         // Without the flag there is no shared budget.
-        let r = new_record(settings.clone(), docs.clone());
+        let r = new_record(settings.clone(), docs.clone(), vec![]);
         assert!(batch_budget(&r).is_none());
         settings.spec.batch_model_budget = Some(1000);
-        let r = new_record(settings.clone(), docs.clone());
+        let r = new_record(settings.clone(), docs.clone(), vec![]);
         assert_eq!(r.model_tokens_spent(), 470);
         let shared = batch_budget(&r).unwrap();
         assert_eq!(
@@ -1003,7 +1025,7 @@ pub(crate) mod tests {
         assert_eq!(batch_budget(&back).unwrap().left(), 530);
         // A batch already past its cap resumes with nothing left.
         settings.spec.batch_model_budget = Some(400);
-        let r = new_record(settings, docs);
+        let r = new_record(settings, docs, vec![]);
         assert_eq!(batch_budget(&r).unwrap().left(), 0);
         // A document run again keeps what its earlier attempt spent.
         let twice = ModelUsage::sum(Some(usage(100, 20)), Some(usage(7, 3))).unwrap();

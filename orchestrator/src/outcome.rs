@@ -197,7 +197,7 @@ mod tests {
             jobs: 1,
             stage_as_one: false,
         };
-        let mut r = crate::batch::new_record(settings, vec![doc(DocStatus::Staged)]);
+        let mut r = crate::batch::new_record(settings, vec![doc(DocStatus::Staged)], vec![]);
         r.state = BatchState::Finished;
         assert_eq!(r.exit_code(), 0);
         r.documents.push(doc(DocStatus::Partial));
@@ -229,7 +229,7 @@ mod tests {
             warned(u64::MAX, Some(Severity::High)),
             crate::batch::tests::doc(DocStatus::Failed, false),
         ];
-        let s = crate::batch::new_record(settings, docs).summary();
+        let s = crate::batch::new_record(settings, docs, vec![]).summary();
         assert_eq!((s.warnings, s.high_warning_documents), (u64::MAX, 2));
     }
 }

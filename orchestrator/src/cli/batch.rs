@@ -50,6 +50,7 @@ pub(super) async fn batch_cmd(
         pending,
         record.settings.jobs
     );
+    present::skipped_links(&record.skipped);
     let progress = BatchProgress::new(record.documents.len(), record.documents.len() - pending);
     let record = batch::run(
         &home,
@@ -76,7 +77,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
     if inputs.is_empty() {
         bail!("nothing to process: give files, directories, URLs or --from FILE (see golem-orch batch --help)");
     }
-    let documents = batch::documents(&inputs, args.intake.strict)?;
+    let (documents, skipped) = batch::documents(&inputs, args.intake.strict)?;
     let mut spec = args.worker.spec(&args.intake, &args.command)?;
     spec.batch_model_budget = args.batch_model_budget;
     let settings = batch::Settings {
@@ -87,7 +88,7 @@ fn new_record(args: &BatchArgs) -> Result<Record> {
             .max(1),
         stage_as_one: args.stage_as_one,
     };
-    Ok(batch::new_record(settings, documents))
+    Ok(batch::new_record(settings, documents, skipped))
 }
 
 /// Prints the batch's outcome and picks its exit code.
@@ -95,7 +96,7 @@ fn report(home: &home::Home, record: &Record, json: bool) -> Result<ExitCode> {
     let summary = record.summary();
     if json {
         print_json(
-            &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents }),
+            &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents, "skipped": record.skipped }),
         )?;
     } else {
         present::batch_summary(home, record);

@@ -8,7 +8,7 @@ use golem_orch::render::{self, line};
 use golem_orch::session::Outcome;
 use golem_orch::warnings::{self, WarningSummary};
 
-use super::{errln, outln};
+use super::{errln, infoln, outln};
 
 /// Whether stdout wants colour: a terminal, and no `NO_COLOR`.
 pub(super) fn color_wanted() -> bool {
@@ -150,6 +150,12 @@ pub(super) fn batch_summary(home: &Home, record: &Record) {
         );
     }
     high_warnings(record, &staged_ids, summary.high_warning_documents);
+    if !record.skipped.is_empty() {
+        outln!(
+            "  skipped {} link(s) inside input folders (never followed; --strict refuses them)",
+            record.skipped.len()
+        );
+    }
     if let Some(staged) = &record.staged {
         outln!(
             "  staged as one: golem-orch show {}",
@@ -275,6 +281,17 @@ pub(super) fn human_age(d: chrono::TimeDelta) -> String {
         60..3600 => format!("{}m", s / 60),
         3600..86400 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86400),
+    }
+}
+
+/// Links a batch left out of its input folders, before it runs: one line each (the first 20),
+/// on stderr as information (`-q` leaves it out; `--json` and the summary still count them).
+pub(super) fn skipped_links(skipped: &[golem_orch::intake::Skipped]) {
+    for s in skipped.iter().take(20) {
+        infoln!("  skipped {}: {}", line(&s.source), line(&s.reason));
+    }
+    if skipped.len() > 20 {
+        infoln!("  ... and {} more link(s) skipped", skipped.len() - 20);
     }
 }
 

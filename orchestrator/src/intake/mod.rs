@@ -780,7 +780,7 @@ mod tests {
         std::fs::create_dir(src.path().join("docs")).unwrap();
         std::fs::write(src.path().join("docs/one.txt"), "one").unwrap();
         std::fs::write(src.path().join("secret"), "secret").unwrap();
-        let listed = list_files(&src.path().join("docs"), false).unwrap();
+        let (listed, _) = list_files(&src.path().join("docs"), false).unwrap();
         assert_eq!(listed.len(), 1);
         let (rel, id) = listed[0].clone();
         let source = Source::Listed {

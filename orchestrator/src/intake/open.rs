@@ -73,13 +73,16 @@ fn open_error(e: Errno, path: &Path) -> IntakeError {
     }
 }
 
+/// The regular files under a directory, and the links left out.
+pub(crate) type FileListing = (Vec<(Vec<String>, FileId)>, Vec<Vec<String>>);
+
 /// Lists the regular files under the directory `root` for a batch, by fd and no-follow:
 /// links and special files are skipped (never followed), every name is checked; under
 /// `strict` a link is an error naming it. Returns each file's components below `root` and its
-/// identity, sorted.
-pub fn list_files(root: &Path, strict: bool) -> Result<Vec<(Vec<String>, FileId)>, IntakeError> {
+/// identity, sorted, and the components of every link skipped, so the batch can list them.
+pub fn list_files(root: &Path, strict: bool) -> Result<FileListing, IntakeError> {
     /// Keeps regular files, skips everything else (refuses links when strict).
-    struct Listing(Vec<(Vec<String>, FileId)>, bool);
+    struct Listing(FileListing, bool);
     impl Visitor for Listing {
         fn file(
             &mut self,
@@ -88,13 +91,17 @@ pub fn list_files(root: &Path, strict: bool) -> Result<Vec<(Vec<String>, FileId)
             _: &Path,
             rel: &[String],
         ) -> Result<(), IntakeError> {
-            self.0.push((rel.to_vec(), FileId::of(st)));
+            self.0 .0.push((rel.to_vec(), FileId::of(st)));
             Ok(())
         }
-        fn refused(&mut self, e: IntakeError, _: &[String]) -> Result<(), IntakeError> {
+        fn refused(&mut self, e: IntakeError, rel: &[String]) -> Result<(), IntakeError> {
             match e {
                 IntakeError::Symlink(_) if self.1 => Err(e),
-                IntakeError::Symlink(_) | IntakeError::NotAFile(_) => Ok(()),
+                IntakeError::Symlink(_) => {
+                    self.0 .1.push(rel.to_vec());
+                    Ok(())
+                }
+                IntakeError::NotAFile(_) => Ok(()),
                 e => Err(e),
             }
         }
@@ -103,11 +110,12 @@ pub fn list_files(root: &Path, strict: bool) -> Result<Vec<(Vec<String>, FileId)
         }
     }
     check_components(root)?;
-    let mut listing = Listing(Vec::new(), strict);
+    let mut listing = Listing((Vec::new(), Vec::new()), strict);
     walk_named(root, &mut listing)?;
-    let mut out = listing.0;
-    out.sort();
-    Ok(out)
+    let (mut files, mut links) = listing.0;
+    files.sort();
+    links.sort();
+    Ok((files, links))
 }
 
 /// What a walk by fd ([`walk_named`]) does with what it finds. The walk itself opens every
