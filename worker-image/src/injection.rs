@@ -52,11 +52,11 @@ const SETS: &[(&str, &str)] = &[
     ),
     (
         "SENDV",
-        "send|post|forward|upload|email|e-mail|exfiltrat*|transmit|leak|submit|paste|append|encode|embed",
+        "send|post|forward|upload|exfiltrat*|transmit|leak|submit|paste|append|encode|embed",
     ),
     (
         "DATA",
-        "conversation*|chat|history|password*|passwd|secret*|credential*|token*|cookie*|ssh|transcript*|personal|private|sensitive|confidential|api",
+        "conversation*|chat|history|password*|passwd|secret*|credential*|token*|cookie*|ssh|transcript*|personal|private|sensitive|confidential",
     ),
     (
         "HUMANS",
@@ -86,16 +86,20 @@ const RULES: &[RuleDef] = &[
         name: "override-instructions",
         patterns: &[
             (5, "@OVERRIDE ~3 @QUAL ~2 @DIRECTIVES"),
-            (3, "@OVERRIDE ~2 @DIRECTIVES_NARROW"),
+            (3, "@OVERRIDE @DIRECTIVES_NARROW"),
+            (
+                3,
+                "@OVERRIDE the|these|those|this|that|such|my|his|her|their|its|other ~1 @DIRECTIVES_NARROW",
+            ),
             (
                 4,
-                "@OVERRIDE ~2 previous|prior|above|earlier|preceding|your ~1 rules|context|commands|training|orders|policies",
+                "@OVERRIDE ~2 previous|prior|above|earlier|preceding|your ~1 rules|context|training|orders|policies",
             ),
             (
                 4,
                 "@OVERRIDE|ignoring ~1 everything|anything|all|what ~3 above|before|previous*|prior|earlier|said|told|so",
             ),
-            (4, "do|don't|dont ~1 not|follow ~2 @QUAL ~2 @DIRECTIVES"),
+            (4, "do|don't|dont|never ~1 follow|obey|heed ~2 @QUAL ~2 @DIRECTIVES"),
             (3, "stop everything"),
             (3, "stop what you ~1 doing"),
             (3, "ignore|disregard ~2 rest|remainder ~1 of"),
@@ -156,6 +160,7 @@ const RULES: &[RuleDef] = &[
         name: "exfiltration",
         patterns: &[
             (2, "@SENDV ~5 @DATA"),
+            (3, "@SENDV ~5 api ~1 key*|token*|credential*"),
             (
                 4,
                 "@SENDV ~5 @DATA ~6 to|into|in|via ~3 http*|url|link|server|address|endpoint|webhook|attacker*|image|email|e-mail|query",
@@ -302,7 +307,7 @@ const MARKERS: &[(&str, u32)] = &[
     ("</instruction>", 5),
     ("<instructions>", 5),
     ("</instructions>", 5),
-    ("[system]", 3),
+    ("[system]", 2),
     ("[/system]", 4),
     ("[admin request", 4),
 ];
@@ -430,6 +435,9 @@ struct Word {
     text: String,
     start: usize,
     end: usize,
+    /// Whether a sentence ended before it (`.`, `!` or `?`, a space, and
+    /// this word capitalised): patterns do not reach across sentences.
+    sentence_start: bool,
 }
 
 /// ASCII folding of the common look-alike punctuation: curly quotes,
@@ -481,7 +489,16 @@ fn words(norm: &str) -> impl Iterator<Item = Word> + '_ {
     let is_part = |c: char| c.is_alphanumeric() || c == '\'' || c == '-';
     let mut rest = norm.char_indices().peekable();
     std::iter::from_fn(move || {
-        let (start, _) = rest.by_ref().find(|&(_, c)| c.is_alphanumeric())?;
+        let (mut stop, mut space) = (false, false);
+        let (start, first) = rest.by_ref().find(|&(_, c)| {
+            stop |= matches!(c, '.' | '!' | '?');
+            space |= stop && c.is_whitespace();
+            c.is_alphanumeric()
+        })?;
+        // A sentence starts with a capitalised word ("Foo", not "FOO" or
+        // "foo"): "ignore... all previous instructions" stays one phrase.
+        let capitalised =
+            first.is_uppercase() && rest.peek().is_some_and(|&(_, c)| c.is_lowercase());
         let mut end = norm.len();
         while let Some(&(i, c)) = rest.peek() {
             if !is_part(c) {
@@ -490,11 +507,13 @@ fn words(norm: &str) -> impl Iterator<Item = Word> + '_ {
             }
             rest.next();
         }
-        let text = norm[start..end]
-            .trim_end_matches(['\'', '-'])
-            .to_lowercase();
-        let end = start + norm[start..end].trim_end_matches(['\'', '-']).len();
-        Some(Word { text, start, end })
+        let word = norm[start..end].trim_end_matches(['\'', '-']);
+        Some(Word {
+            text: word.to_lowercase(),
+            start,
+            end: start + word.len(),
+            sentence_start: space && capitalised,
+        })
     })
 }
 
@@ -515,7 +534,7 @@ fn match_from(window: &[Word], at: usize, steps: &[Step]) -> Option<usize> {
         return Some(at);
     };
     (at + 1..=at + 1 + step.gap)
-        .take_while(|&j| j < window.len())
+        .take_while(|&j| j < window.len() && !window[j].sentence_start)
         .filter(|&j| alt_matches(&window[j].text, &step.alts))
         .find_map(|j| match_from(window, j, rest))
 }
@@ -645,7 +664,10 @@ fn scan(norm: &str) -> Vec<Match> {
         }
         window.pop_front();
     }
-    found.sort_by_key(|m| (m.start, m.rule));
+    // One match per rule and start (several patterns of a rule can match
+    // the same words), the heaviest.
+    found.sort_by_key(|m| (m.start, m.rule, std::cmp::Reverse(m.weight)));
+    found.dedup_by_key(|m| (m.start, m.rule));
     found
 }
 
@@ -675,6 +697,7 @@ struct Hit {
     weight: u32,
     count: u32,
     severity: Severity,
+    hidden: bool,
     together: u32,
     snippet: String,
     source: &'static str,
@@ -711,15 +734,17 @@ pub fn prompt_injection(parts: &[(&'static str, &str)]) -> (u32, Vec<Warning>) {
             let near = together(&found, i);
             let sev = severity(hidden, m.weight, near);
             let slot = &mut hits[m.rule];
-            let better = slot
-                .as_ref()
-                .is_none_or(|h| (sev, m.weight, near) > (h.severity, h.weight, h.together));
+            // Quote the most severe match, a hidden one over a visible one.
+            let better = slot.as_ref().is_none_or(|h| {
+                (sev, hidden, m.weight, near) > (h.severity, h.hidden, h.weight, h.together)
+            });
             let count = slot.as_ref().map_or(0, |h| h.count) + 1;
             if better {
                 *slot = Some(Hit {
                     weight: slot.as_ref().map_or(m.weight, |h| h.weight.max(m.weight)),
                     count,
                     severity: sev,
+                    hidden,
                     together: near,
                     snippet: snippet(&norm, m.start, m.end),
                     source,
