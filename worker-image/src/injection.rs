@@ -11,6 +11,7 @@
 //! distinct signals sit together; one weak, common-looking phrase in visible
 //! text stays low or medium.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::escape::display_chars;
@@ -348,6 +349,9 @@ const SNIPPET_CONTEXT: usize = 60;
 /// Positions kept per rule and part (counts go on): bounds the neighbourhood
 /// work on a huge hostile text.
 const MAX_POSITIONS: usize = 64;
+/// Speaker turns kept per part: the neighbourhood of each is looked up
+/// among all of them, so this bounds the work on a hostile transcript.
+const MAX_TURNS: usize = 256;
 /// Words a pattern can span (words plus gaps), with room to spare.
 const WINDOW: usize = 32;
 
@@ -411,15 +415,47 @@ fn compile(rule: usize, weight: u32, src: &str) -> Pattern {
     }
 }
 
+/// The compiled patterns, indexed by their first word so that a word that
+/// starts no pattern costs one hash lookup.
+struct Compiled {
+    patterns: Vec<Pattern>,
+    /// Patterns whose first step is exact words, by each of those words.
+    by_first: HashMap<String, Vec<usize>>,
+    /// Patterns whose first step has a prefix: always tried.
+    prefixed: Vec<usize>,
+}
+
 /// Every pattern of [`RULES`], compiled once.
-fn patterns() -> &'static [Pattern] {
-    static COMPILED: OnceLock<Vec<Pattern>> = OnceLock::new();
+fn compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
     COMPILED.get_or_init(|| {
-        RULES
+        let patterns: Vec<Pattern> = RULES
             .iter()
             .enumerate()
             .flat_map(|(i, r)| r.patterns.iter().map(move |&(w, p)| compile(i, w, p)))
-            .collect()
+            .collect();
+        let mut by_first: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut prefixed = Vec::new();
+        for (i, p) in patterns.iter().enumerate() {
+            let first = p.steps.first().map_or(&[][..], |s| &s.alts[..]);
+            if first.iter().any(|a| matches!(a, Alt::Prefix(_))) {
+                prefixed.push(i);
+                continue;
+            }
+            for alt in first {
+                if let Alt::Exact(w) = alt {
+                    let list = by_first.entry(w.clone()).or_default();
+                    if !list.contains(&i) {
+                        list.push(i);
+                    }
+                }
+            }
+        }
+        Compiled {
+            patterns,
+            by_first,
+            prefixed,
+        }
     })
 }
 
@@ -573,7 +609,12 @@ fn markers(norm: &str, out: &mut Vec<Match>) {
     let lower = norm.to_ascii_lowercase();
     for &(marker, weight) in MARKERS {
         let mut from = 0;
+        let mut kept = 0;
         while let Some(pos) = lower[from..].find(marker) {
+            kept += 1;
+            if kept > MAX_POSITIONS {
+                break;
+            }
             let at = from + pos;
             out.push(Match {
                 rule: RULES.len(),
@@ -601,9 +642,12 @@ fn role_turns(norm: &str, out: &mut Vec<Match>) {
         let line_start = norm[..w.start].ends_with('\n') || w.start == 0;
         if norm[w.end..].starts_with(':') && (capital || line_start) {
             turns.push((w.start, w.end + 1, role));
+            if turns.len() >= MAX_TURNS {
+                break;
+            }
         }
     }
-    for (i, &(start, end, role)) in turns.iter().enumerate() {
+    for &(start, end, role) in &turns {
         let near: Vec<&'static str> = turns
             .iter()
             .filter(|(s, _, _)| s.abs_diff(start) <= NEIGHBOURHOOD)
@@ -618,14 +662,12 @@ fn role_turns(norm: &str, out: &mut Vec<Match>) {
             _ if MODEL_ROLES.contains(&role) || role == "human" => 2,
             _ => 1,
         };
-        if i < MAX_POSITIONS * 4 {
-            out.push(Match {
-                rule: RULES.len() + 1,
-                weight,
-                start,
-                end,
-            });
-        }
+        out.push(Match {
+            rule: RULES.len() + 1,
+            weight,
+            start,
+            end,
+        });
     }
 }
 
@@ -648,7 +690,16 @@ fn scan(norm: &str) -> Vec<Match> {
             break;
         }
         let slice = window.make_contiguous();
-        for p in patterns() {
+        let index = compiled();
+        let exact = index
+            .by_first
+            .get(&slice[0].text)
+            .map_or(&[][..], |v| &v[..]);
+        for p in exact
+            .iter()
+            .chain(&index.prefixed)
+            .map(|&i| &index.patterns[i])
+        {
             if per_rule[p.rule] >= MAX_POSITIONS {
                 continue;
             }
