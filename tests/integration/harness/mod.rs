@@ -57,6 +57,48 @@ macro_rules! attack {
 }
 pub(crate) use attack;
 
+/// [`attack!`] under other runtimes too: `attack_under! { [runsc] /// doc fn name(g) ... }`
+/// makes a module `name` with the story under the engine's default runtime (`name::runc`) and
+/// under the runtime named (`name::runsc`), whose `golem-orch run`/`batch` commands carry
+/// `--runtime` ([`Golem::under`]: where the engine lacks the runtime the story fails when `CI` is
+/// set and is skipped with a note otherwise).
+macro_rules! attack_under {
+    (
+        [$rt:ident]
+        $(#[$meta:meta])*
+        fn $name:ident($g:ident) $(given { $($setup:tt)* })? { $($body:tt)* }
+    ) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn runc() {
+                let $g = $crate::harness::Golem::new();
+                $($($setup)*)?
+                let witness = $crate::harness::HostWitness::take(&$g);
+                $($body)*
+                witness.assert_unchanged();
+                $g.assert_clean();
+            }
+
+            #[test]
+            fn $rt() {
+                let Some($g) = $crate::harness::Golem::under(stringify!($rt)) else {
+                    return;
+                };
+                $($($setup)*)?
+                let witness = $crate::harness::HostWitness::take(&$g);
+                $($body)*
+                witness.assert_unchanged();
+                $g.assert_clean();
+            }
+        }
+    };
+}
+pub(crate) use attack_under;
+
 /// One isolated user of golem-orch: a project directory and a state directory.
 pub(crate) struct Golem {
     /// The project directory commands run in.
@@ -64,6 +106,9 @@ pub(crate) struct Golem {
     /// The state directory (`--home`), canonical so it matches the label golem-orch writes.
     pub(crate) home: PathBuf,
     _home_dir: tempfile::TempDir,
+    /// The OCI runtime every `run`/`batch` of this user asks for (`--runtime`), when not the
+    /// engine's default.
+    pub(crate) runtime: Option<String>,
 }
 
 impl Golem {
@@ -77,7 +122,28 @@ impl Golem {
             project,
             home,
             _home_dir: home_dir,
+            runtime: None,
         }
+    }
+
+    /// A user whose sessions run under `runtime`, or `None` (with a note) where the engine does
+    /// not have it. With `CI` set a missing runtime fails the test instead: CI installs it
+    /// (`.ci/runtimes.sh`), so its absence there is a broken setup, not a reason to skip.
+    pub(crate) fn under(runtime: &str) -> Option<Golem> {
+        let registered = docker_lines(&["info", "--format", "{{json .Runtimes}}"])
+            .join("")
+            .contains(&format!("\"{runtime}\""));
+        if !registered {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the {runtime} runtime is not registered with the engine; CI needs it (.ci/runtimes.sh)"
+            );
+            eprintln!("skipped: the {runtime} runtime is not registered (see .ci/runtimes.sh)");
+            return None;
+        }
+        let mut g = Golem::new();
+        g.runtime = Some(runtime.to_string());
+        Some(g)
     }
 
     /// A `golem-orch` command in the project directory with this state directory and a clean environment.

@@ -363,6 +363,11 @@ impl<'g> RunBuilder<'g> {
     /// The command as built: head, flags, `--image IMAGE`, then `-- ARGS` when there are any.
     pub(super) fn build(self) -> (&'g Golem, Command) {
         let mut argv = self.head;
+        let runs = argv.first().is_some_and(|c| c == "run" || c == "batch");
+        if let (true, Some(rt)) = (runs, &self.g.runtime) {
+            argv.push("--runtime".into());
+            argv.push(rt.into());
+        }
         argv.extend(self.flags);
         if let Some(image) = self.image {
             argv.push("--image".into());
