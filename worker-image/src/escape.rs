@@ -140,32 +140,7 @@ pub fn truncate_bytes(s: &mut String, max_bytes: usize) -> bool {
 /// `|`; parentheses are harmless once `[` and `]` are escaped). The input
 /// must already be escaped with [`escape_for_terminal`] or equivalent.
 pub fn markdown_inline(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(
-            c,
-            '\\' | '`'
-                | '*'
-                | '_'
-                | '{'
-                | '}'
-                | '['
-                | ']'
-                | '<'
-                | '>'
-                | '#'
-                | '+'
-                | '!'
-                | '|'
-                | '~'
-                | '&'
-                | '$'
-        ) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+    golem_protocol::markdown::escape_inline(s)
 }
 
 /// A Markdown code span holding `s` verbatim (already escaped, one line):
@@ -211,17 +186,7 @@ pub fn fence_for<S: AsRef<str>>(lines: &[S]) -> String {
 /// everything but `A-Z a-z 0-9 . _ ~ - /` is encoded, so the target cannot
 /// end the link, carry a scheme or be read as HTML.
 pub fn link_target(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-' | b'/') {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    // A leading "./" keeps a name such as "javascript:x" (already encoded
-    // here, but be explicit) from ever reading as a scheme.
-    format!("./{out}")
+    golem_protocol::markdown::link_target(path)
 }
 
 #[cfg(test)]

@@ -59,46 +59,12 @@ pub(super) fn render(id: &str, record: &Record) -> String {
 /// Untrusted text as plain one-line Markdown: escaped for a terminal, then every Markdown
 /// punctuation character golem-worker escapes is backslash-escaped.
 pub(super) fn inline(text: &str) -> String {
-    let mut out = String::new();
-    for c in crate::render::line(text).chars() {
-        if matches!(
-            c,
-            '\\' | '`'
-                | '*'
-                | '_'
-                | '{'
-                | '}'
-                | '['
-                | ']'
-                | '<'
-                | '>'
-                | '#'
-                | '+'
-                | '!'
-                | '|'
-                | '~'
-                | '&'
-                | '$'
-        ) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+    golem_protocol::markdown::escape_inline(&crate::render::line(text))
 }
 
-/// A relative link target: everything but `A-Z a-z 0-9 . _ ~ - /` percent-encoded, after
-/// `./`, so it can neither end the link nor read as a scheme or HTML.
+/// A relative link target (see [`golem_protocol::markdown::link_target`]).
 pub(super) fn link_target(path: &str) -> String {
-    let mut out = String::from("./");
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-' | b'/') {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+    golem_protocol::markdown::link_target(path)
 }
 
 #[cfg(test)]
