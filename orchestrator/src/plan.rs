@@ -645,6 +645,41 @@ fn shell_words(args: &[String]) -> String {
         .join(" ")
 }
 
+/// A plan for tests of what consumes plans (the engine adapter, the check after create): the
+/// shipped policy of `level`, fixed host paths and a per-session uid.
+#[cfg(test)]
+pub(crate) fn sample(level: TrustLevel) -> ContainerPlan {
+    #![allow(clippy::unwrap_used)]
+    let p = crate::policy::load(level, None, None).unwrap().policy;
+    build(
+        "s",
+        &p,
+        &HostPaths {
+            input: "/h/in".into(),
+            workspace: "/h/ws".into(),
+            repo: None,
+            state: "/h/.golem".into(),
+            task: None,
+            init: "/h/.golem/bin/golem-init-x".into(),
+            user: Some(SessionUser {
+                uid: 1_610_612_737,
+                gid: 1_610_612_737,
+            }),
+            other_states: vec![],
+            model: None,
+        },
+        &Command {
+            image: "img".into(),
+            image_id: Some("sha256:0123".into()),
+            entrypoint: Some(vec!["/golem-worker".into()]),
+            cmd: vec!["report".into()],
+        },
+        Default::default(),
+        false,
+    )
+    .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

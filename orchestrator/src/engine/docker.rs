@@ -686,38 +686,10 @@ fn workspace_mount(plan: &ContainerPlan, w: &crate::plan::WorkspaceMount) -> Mou
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{build, Command, HostPaths};
-    use crate::policy::{load, TrustLevel};
+    use crate::policy::TrustLevel;
 
     fn plan() -> ContainerPlan {
-        let p = load(TrustLevel::Session, None, None).unwrap().policy;
-        build(
-            "s",
-            &p,
-            &HostPaths {
-                input: "/h/in".into(),
-                workspace: "/h/ws".into(),
-                repo: None,
-                state: "/h/.golem".into(),
-                task: None,
-                init: "/h/.golem/bin/golem-init-x".into(),
-                user: Some(crate::worker_uid::SessionUser {
-                    uid: 1_610_612_737,
-                    gid: 1_610_612_737,
-                }),
-                other_states: vec![],
-                model: None,
-            },
-            &Command {
-                image: "img".into(),
-                image_id: Some("sha256:0123".into()),
-                entrypoint: Some(vec!["/golem-worker".into()]),
-                cmd: vec!["report".into()],
-            },
-            Default::default(),
-            false,
-        )
-        .unwrap()
+        crate::plan::sample(TrustLevel::Session)
     }
 
     #[test]
