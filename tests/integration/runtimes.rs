@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{stderr_text, Golem, Status};
+use crate::harness::{stderr_text, Golem};
 
 fn engine_runtimes(g: &Golem) -> Vec<String> {
     let (doctor, _) = g.json(["doctor", "--json"]);
@@ -112,22 +112,5 @@ fn run_under_runsc_stages_the_report_or_is_refused_where_the_engine_lacks_it() {
         );
         assert!(g.sessions().is_empty());
     }
-    g.assert_clean();
-}
-
-/// session.rs `a_memory_bomb_is_oom_killed_and_reported`, under gVisor: the memory limit holds
-/// for the whole sandbox, and the session ends as out of memory.
-#[test]
-fn under_runsc_a_memory_bomb_is_stopped_by_the_memory_limit() {
-    let Some(g) = Golem::under("runsc") else {
-        return;
-    };
-    let run = g
-        .run()
-        .flags(["--memory", "64m"])
-        .hostile(["membomb"])
-        .expect(Status::Oom);
-    assert!(run.oom_killed);
-    assert_eq!(run.json["oom_killed"], true);
     g.assert_clean();
 }

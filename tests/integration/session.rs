@@ -2,7 +2,9 @@
 
 use serde_json::Value;
 
-use crate::harness::{chmod, engine_resources, staged_json_in, stderr_text, Golem, Status};
+use crate::harness::{
+    attack_under, chmod, engine_resources, staged_json_in, stderr_text, Golem, Status,
+};
 
 fn rejected_reasons(manifest: &Value) -> Vec<(String, String)> {
     manifest["rejected"]
@@ -320,17 +322,19 @@ fn a_worker_past_its_timeout_is_killed_and_reported() {
     g.assert_clean();
 }
 
-#[test]
-fn a_memory_bomb_is_oom_killed_and_reported() {
-    let g = Golem::new();
-    let run = g
-        .run()
-        .flags(["--memory", "64m"])
-        .hostile(["membomb"])
-        .expect(Status::Oom);
-    assert!(run.oom_killed);
-    assert_eq!(run.json["oom_killed"], true);
-    g.assert_clean();
+attack_under! {
+    [runsc]
+    /// The memory limit holds, under gVisor too (for the whole sandbox): the session ends as
+    /// out of memory.
+    fn a_memory_bomb_is_oom_killed_and_reported(g) {
+        let run = g
+            .run()
+            .flags(["--memory", "64m"])
+            .hostile(["membomb"])
+            .expect(Status::Oom);
+        assert!(run.oom_killed);
+        assert_eq!(run.json["oom_killed"], true);
+    }
 }
 
 #[test]
