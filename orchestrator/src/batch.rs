@@ -650,15 +650,39 @@ struct Combined {
 /// copied through [`Stage::read_verified`].
 fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<String>, BatchError> {
     let stage = Stage::new(home.staged_dir());
-    let parts: Vec<(String, String)> = record
-        .documents
-        .iter()
-        .filter_map(|d| d.staged.clone().map(|s| (d.folder.clone(), s)))
-        .collect();
+    let id = record.id.clone();
+    // Under the stage lock throughout: a part cannot be pushed or discarded while it is merged.
+    let mut lock = stage.lock()?;
+    let anchored = audit.staged_manifest_hashes()?;
+    if stage.dir(&id).exists() {
+        // An earlier merge got as far as publishing the combined commit and crashed before its
+        // batch record said so: keep it only if the audit log anchors it, else build it again.
+        if anchored.contains_key(&id) {
+            return Ok(Some(id));
+        }
+        std::fs::remove_dir_all(stage.dir(&id)).map_err(|e| record_err(&stage.dir(&id), e))?;
+    }
+    let parts = mergeable_parts(&stage, audit, record, &id)?;
     if parts.is_empty() {
         return Ok(None);
     }
-    let id = record.id.clone();
+    // The parts become merged before the combined commit exists, so no crash can leave a file
+    // pushable twice (once in its part, once in the combined commit); a resume finds them merged
+    // into this id and finishes the combined commit.
+    for (_, staged) in &parts {
+        if stage.status(staged)? == Status::Pending {
+            let merged = Status::Merged {
+                into: id.clone(),
+                at: audit::now(),
+            };
+            stage.transition_locked(&mut lock, staged, &merged)?;
+            audit.record(
+                Some(staged),
+                "stage.merged",
+                json!({ "staged": staged, "into": id }),
+            )?;
+        }
+    }
     let building = stage.begin(&id)?;
     let files_dir = building.files_dir();
     let mut combined = Combined::default();
@@ -666,7 +690,6 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     // Each part must be anchored like a push would require: a staging record with a valid MAC
     // in an intact chain, matching its manifest. Otherwise a forged part (or a batch record
     // pointing at one) would be laundered into a genuinely audited combined commit.
-    let anchored = audit.staged_manifest_hashes()?;
     for (folder, staged) in &parts {
         let m = copy_part(&stage, &anchored, folder, staged, &files_dir, &mut combined)?;
         first.get_or_insert(m);
@@ -681,22 +704,37 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         "batch.staged",
         json!({ "staged": id, "documents": parts.len(), "files": manifest.files.len(), "bytes": manifest.bytes, "manifest_sha256": manifest_sha256 }),
     )?;
-    for (_, staged) in &parts {
-        // The per-document commits stay as their documents' records; the combined commit is
-        // the one to push, so they are not pushable on their own (a forward move from pending).
-        let merged = Status::Merged {
-            into: id.clone(),
-            at: audit::now(),
-        };
-        if stage.transition(staged, &merged).is_ok() {
-            audit.record(
+    drop(lock);
+    Ok(Some(id))
+}
+
+/// The documents' staged commits that may go into the combined commit `id`: pending ones, and
+/// ones an interrupted merge already marked merged into `id`. A part pushed, discarded or
+/// merged elsewhere since (a cancelled batch's parts are listed and reviewable) is left out and
+/// audited, never copied: its files would otherwise be pushable twice or come back after a
+/// discard.
+fn mergeable_parts(
+    stage: &Stage,
+    audit: &Audit,
+    record: &Record,
+    id: &str,
+) -> Result<Vec<(String, String)>, BatchError> {
+    let mut parts = Vec::new();
+    for d in &record.documents {
+        let Some(staged) = &d.staged else { continue };
+        match stage.status(staged)? {
+            Status::Pending => parts.push((d.folder.clone(), staged.clone())),
+            Status::Merged { into, .. } if into == id => {
+                parts.push((d.folder.clone(), staged.clone()));
+            }
+            other => audit.record(
                 Some(staged),
-                "stage.merged",
-                json!({ "staged": staged, "into": id }),
-            )?;
+                "batch.part_left_out",
+                json!({ "staged": staged, "batch": id, "status": other.word() }),
+            )?,
         }
     }
-    Ok(Some(id))
+    Ok(parts)
 }
 
 /// Writes the batch's top index (see [`index`]) beside the document folders, under a name no
@@ -1071,5 +1109,129 @@ pub(crate) mod tests {
         settings.spec.worker = None;
         let plain = settings.spec.resolve_in(&place, None, &env).unwrap();
         assert!(check_settings(&settings, &plain).is_ok());
+    }
+
+    /// A staged part as a session leaves it: one file, committed, anchored in the audit log.
+    fn staged_part(home: &Home, audit: &Audit, id: &str) {
+        use sha2::{Digest, Sha256};
+        let stage = Stage::new(home.staged_dir());
+        let b = stage.begin(id).unwrap();
+        std::fs::write(b.files_dir().join("r.txt"), b"report").unwrap();
+        let m = Manifest {
+            version: 1,
+            id: id.into(),
+            session: id.into(),
+            created_at: audit::now(),
+            trust_level: crate::policy::TrustLevel::Untrusted,
+            image: "img".into(),
+            image_id: "sha256:0".into(),
+            command: vec![],
+            exit_code: Some(0),
+            inputs: vec![],
+            files: vec![ExtractedFile {
+                path: "r.txt".into(),
+                size: 6,
+                sha256: hex::encode(Sha256::digest(b"report")),
+            }],
+            rejected: vec![],
+            rejected_omitted: 0,
+            bytes: 6,
+            repo_head: None,
+            model: None,
+            container: None,
+            warnings: None,
+            skipped: vec![],
+        };
+        b.commit(&m).unwrap();
+        let sha = stage::manifest_sha256(&stage, id).unwrap();
+        audit
+            .record(
+                Some(id),
+                "session.staged",
+                json!({ "staged": id, "manifest_sha256": sha }),
+            )
+            .unwrap();
+    }
+
+    fn two_part_batch(home: &Home, audit: &Audit) -> Record {
+        let mut docs = Vec::new();
+        for (folder, id) in [
+            ("a", "aaaa0000aaaa0000aaaa0000aaaa0000"),
+            ("b", "bbbb0000bbbb0000bbbb0000bbbb0000"),
+        ] {
+            staged_part(home, audit, id);
+            let mut d = doc(DocStatus::Staged, false);
+            d.folder = folder.into();
+            d.staged = Some(id.into());
+            docs.push(d);
+        }
+        let mut settings = Settings {
+            spec: RunSpec::new(crate::policy::TrustLevel::Untrusted),
+            jobs: 1,
+            stage_as_one: true,
+        };
+        settings.stage_as_one = true;
+        new_record(settings, docs, vec![])
+    }
+
+    #[test]
+    fn a_part_pushed_or_discarded_before_the_merge_is_left_out_of_the_combined_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(Some(&dir.path().join("state"))).unwrap();
+        let audit = Audit::new(home.audit_path());
+        let mut record = two_part_batch(&home, &audit);
+        let stage = Stage::new(home.staged_dir());
+        // The person discarded part a while the batch was cancelled.
+        let discarded = Status::Discarded {
+            at: audit::now(),
+            pushes: vec![],
+        };
+        stage
+            .transition("aaaa0000aaaa0000aaaa0000aaaa0000", &discarded)
+            .unwrap();
+        let id = merge(&home, &audit, &mut record).unwrap().unwrap();
+        let m = stage.manifest(&id).unwrap();
+        let paths: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
+        assert!(paths.contains(&"b/r.txt"), "{paths:?}");
+        assert!(!paths.iter().any(|p| p.starts_with("a/")), "{paths:?}");
+        assert_eq!(
+            stage
+                .status("aaaa0000aaaa0000aaaa0000aaaa0000")
+                .unwrap()
+                .word(),
+            "discarded"
+        );
+        assert_eq!(
+            stage
+                .status("bbbb0000bbbb0000bbbb0000bbbb0000")
+                .unwrap()
+                .word(),
+            "merged"
+        );
+    }
+
+    #[test]
+    fn a_merge_interrupted_after_marking_its_parts_is_finished_by_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::open(Some(&dir.path().join("state"))).unwrap();
+        let audit = Audit::new(home.audit_path());
+        let mut record = two_part_batch(&home, &audit);
+        let stage = Stage::new(home.staged_dir());
+        // As if a merge had marked both parts and died before the combined commit existed.
+        for part in [
+            "aaaa0000aaaa0000aaaa0000aaaa0000",
+            "bbbb0000bbbb0000bbbb0000bbbb0000",
+        ] {
+            let merged = Status::Merged {
+                into: record.id.clone(),
+                at: audit::now(),
+            };
+            stage.transition(part, &merged).unwrap();
+        }
+        let id = merge(&home, &audit, &mut record).unwrap().unwrap();
+        let m = stage.manifest(&id).unwrap();
+        assert_eq!(m.files.len(), 3, "two parts and the index: {:?}", m.files);
+        // And once published and anchored, a further merge only reports it.
+        assert_eq!(merge(&home, &audit, &mut record).unwrap(), Some(id));
     }
 }
