@@ -55,14 +55,35 @@ impl DockerEngine {
 /// The name Podman's compatible service gives its first version component.
 pub const PODMAN: &str = "Podman Engine";
 
+/// The capabilities Podman 4.3 grants by default (the same fourteen as Docker's), which it
+/// reports as dropped for `cap_drop: [ALL]`. Only a report naming every one of them reads as
+/// `ALL`; an engine configured with more defaults lists those too, one with fewer fails the
+/// check (closed).
+const PODMAN_DEFAULT_CAPS: [&str; 14] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
 /// Where Podman mounts tmpfs by itself when the root filesystem is read-only.
 const PODMAN_TMPFS: [&str; 2] = ["/run", "/var/tmp"];
 
 /// Podman's inspect in the Docker Engine's terms, so one comparison with the plan serves both:
 /// the mount flags it appends to every tmpfs (`rprivate`, `tmpcopyup`) are dropped, its
 /// `shareable` IPC namespace (its own, joinable only through the engine) reads as `private`,
-/// `no-new-privileges` as `no-new-privileges:true`, a dropped default capability set with
-/// nothing added and no privilege as `ALL`, and `NetworkDisabled` (which it does not keep) as
+/// `no-new-privileges` as `no-new-privileges:true`, a report of every default capability
+/// dropped with nothing added and no privilege as `ALL`, and `NetworkDisabled` (which it does not keep) as
 /// the `none` network mode it stands for. Anything else stays as reported, for the check.
 fn podman_in_docker_terms(mut e: Effective) -> Effective {
     for opts in e.tmpfs.values_mut() {
@@ -80,7 +101,12 @@ fn podman_in_docker_terms(mut e: Effective) -> Effective {
             *opt = "no-new-privileges:true".into();
         }
     }
-    if !e.cap_drop.is_empty() && e.cap_add.is_empty() && !e.privileged {
+    let dropped = |cap: &str| {
+        e.cap_drop
+            .iter()
+            .any(|c| c.trim_start_matches("CAP_").eq_ignore_ascii_case(cap))
+    };
+    if PODMAN_DEFAULT_CAPS.iter().all(|c| dropped(c)) && e.cap_add.is_empty() && !e.privileged {
         e.cap_drop = vec!["ALL".into()];
     }
     if e.network_mode == "none" {
@@ -807,9 +833,13 @@ mod tests {
         reported.ipc_mode = "shareable".into();
         reported.network_disabled = false;
         reported.security_opt = vec!["no-new-privileges".into()];
-        reported.cap_drop = vec!["CHOWN".into(), "KILL".into(), "SETUID".into()];
+        reported.cap_drop = PODMAN_DEFAULT_CAPS.iter().map(|c| c.to_string()).collect();
         let read = podman_in_docker_terms(reported.clone());
         assert_eq!(crate::verify::compare(&p, &read), vec![]);
+        // One default capability not dropped is not ALL.
+        let mut kept = reported.clone();
+        kept.cap_drop.retain(|c| c != "SETUID");
+        assert!(!crate::verify::compare(&p, &podman_in_docker_terms(kept)).is_empty());
         // A capability added, or an extra writable tmpfs, still fails.
         let mut added = reported.clone();
         added.cap_add = vec!["SYS_ADMIN".into()];

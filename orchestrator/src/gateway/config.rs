@@ -263,7 +263,7 @@ fn read_host_file(path: &Path) -> Result<HostFile, ConfigError> {
 
 /// Whether the URL names this machine (`localhost`, 127.0.0.0/8, `::1`): the only place plain
 /// http may carry the key, as to a local model server.
-fn is_loopback(url: &reqwest::Url) -> bool {
+pub(super) fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };

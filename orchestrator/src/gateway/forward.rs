@@ -68,10 +68,13 @@ pub(super) struct Forwarder {
 
 impl Forwarder {
     /// A client that follows no redirects (a redirect could carry the key to another host)
-    /// and, for a loopback upstream, uses no proxy.
+    /// and, for a loopback or plain-http upstream, uses no proxy: reqwest would otherwise hand
+    /// a plain-http request, key included, to `HTTP_PROXY` even for a loopback address.
     pub(super) fn new(upstream: Arc<Upstream>) -> Result<Forwarder, reqwest::Error> {
         let mut builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
-        if is_loopback(&upstream.base_url) {
+        let direct = reqwest::Url::parse(&upstream.base_url)
+            .is_ok_and(|u| u.scheme() == "http" || super::config::is_loopback(&u));
+        if direct {
             builder = builder.no_proxy();
         }
         Ok(Forwarder {
@@ -127,13 +130,6 @@ impl Forwarder {
 fn transport(e: reqwest::Error) -> ForwardError {
     // reqwest's message names the URL, never headers, so the key cannot appear in it.
     ForwardError::Transport(e.without_url().to_string())
-}
-
-fn is_loopback(base_url: &str) -> bool {
-    reqwest::Url::parse(base_url)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_string))
-        .is_some_and(|h| h == "localhost" || h == "127.0.0.1" || h == "[::1]")
 }
 
 /// The headers that go upstream: content type, the allowlisted worker headers, the key.

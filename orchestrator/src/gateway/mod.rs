@@ -195,6 +195,8 @@ struct Shared {
     sink: EventSink,
     seq: AtomicU64,
     refused: AtomicU64,
+    /// Honeytoken refusals so far.
+    honeytokens: AtomicU64,
     honeytoken_seen: AtomicBool,
 }
 
@@ -284,6 +286,7 @@ pub fn start(spec: GatewaySpec<'_>, sink: EventSink) -> Result<GatewayHandle, Ga
         sink,
         seq: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        honeytokens: AtomicU64::new(0),
         honeytoken_seen: AtomicBool::new(false),
     });
     let cancel = CancellationToken::new();

@@ -220,8 +220,12 @@ async fn checked_send(shared: &Shared, headers: &hyper::HeaderMap, body: Bytes) 
 
 /// Refused requests recorded one by one (transcript line and audit event); past this a worker
 /// that keeps sending refused requests is only counted, so it cannot flood the transcript or the
-/// audit log with bodies the budget never charged. A honeytoken refusal is always recorded.
+/// audit log with bodies the budget never charged. The first honeytoken refusals are recorded
+/// whatever the count ([`MAX_RECORDED_HONEYTOKENS`]).
 pub(super) const MAX_RECORDED_REFUSALS: u64 = 1_000;
+
+/// Honeytoken refusals recorded whatever the flood: the first ones are the evidence.
+pub(super) const MAX_RECORDED_HONEYTOKENS: u64 = 10;
 
 /// Writes the transcript line and sends the audit events for one finished request.
 fn record(shared: &Shared, o: Outcome, time: String, started: Instant) {
@@ -241,7 +245,11 @@ fn record(shared: &Shared, o: Outcome, time: String, started: Instant) {
     };
     if let Some(refusal) = &o.refused {
         let refused = shared.refused.fetch_add(1, Ordering::SeqCst) + 1;
-        if refused > MAX_RECORDED_REFUSALS && !matches!(refusal, Refusal::Honeytoken) {
+        // The first honeytoken sightings are always recorded (they are the evidence); a worker
+        // that keeps sending its fake key is counted like any other flood after that.
+        let evidence = matches!(refusal, Refusal::Honeytoken)
+            && shared.honeytokens.fetch_add(1, Ordering::SeqCst) < MAX_RECORDED_HONEYTOKENS;
+        if refused > MAX_RECORDED_REFUSALS && !evidence {
             // A flood of refused requests: counted, answered, not recorded one by one.
             if refused == MAX_RECORDED_REFUSALS + 1 {
                 shared.emit("model.refusals_capped", json!({"seq": seq,

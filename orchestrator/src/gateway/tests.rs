@@ -685,22 +685,31 @@ async fn a_flood_of_refused_requests_is_counted_but_recorded_only_up_to_a_cap() 
         let (status, _) = post(&f, "/v1/messages", "", &ask("gpt-evil", 10)).await;
         assert_eq!(status, 403);
     }
-    // The honeytoken is still recorded past the cap.
+    // The first honeytoken sightings are still recorded past the cap; a flood of them is not.
     let carrying = json!({"model": "host-model", "max_tokens": 5,
         "messages": [{"role": "user", "content": f.token.clone()}]});
-    let (status, _) = post(&f, "/v1/messages", "", &carrying).await;
-    assert_eq!(status, 403);
+    let sightings = server::MAX_RECORDED_HONEYTOKENS + 5;
+    for _ in 0..sightings {
+        let (status, _) = post(&f, "/v1/messages", "", &carrying).await;
+        assert_eq!(status, 403);
+    }
+    let kept = server::MAX_RECORDED_HONEYTOKENS;
     let refused = events_named(&f, "model.refused");
     assert_eq!(
         refused.len() as u64,
-        server::MAX_RECORDED_REFUSALS + 1,
-        "recorded up to the cap, plus the honeytoken"
+        server::MAX_RECORDED_REFUSALS + kept,
+        "recorded up to the cap, plus the first honeytoken sightings"
     );
     assert_eq!(events_named(&f, "model.refusals_capped").len(), 1);
-    assert_eq!(events_named(&f, "model.honeytoken").len(), 1);
+    assert_eq!(events_named(&f, "model.honeytoken").len() as u64, kept);
     let report = f.gateway.shutdown().await;
-    assert_eq!(report.refused, flood + 1, "every refusal is counted");
+    assert!(report.honeytoken_seen);
+    assert_eq!(
+        report.refused,
+        flood + sightings,
+        "every refusal is counted"
+    );
     let text = std::fs::read_to_string(&report.transcript_path).unwrap();
     let lines = text.lines().count() as u64;
-    assert_eq!(lines, server::MAX_RECORDED_REFUSALS + 1);
+    assert_eq!(lines, server::MAX_RECORDED_REFUSALS + kept);
 }
