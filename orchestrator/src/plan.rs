@@ -111,6 +111,27 @@ pub fn pids_limit(policy: &Policy) -> i64 {
     pids.saturating_add(overhead)
 }
 
+/// `/dev/shm` size: a worker has no use for shared memory beyond a token amount.
+pub const SHM_BYTES: i64 = 1 << 20;
+/// Open files per process (`RLIMIT_NOFILE`, soft and hard).
+pub const NOFILE: i64 = 1024;
+/// OOM score adjustment: under host memory pressure the untrusted worker is killed first.
+pub const OOM_SCORE_ADJ: i64 = 1000;
+
+/// The resource limits a container gets: open files, no core dumps, and `nproc` when the plan
+/// sets it (see [`ContainerPlan::nproc`]); `(soft, hard)` by name.
+pub fn ulimits(plan: &ContainerPlan) -> BTreeMap<String, (i64, i64)> {
+    let mut limits = BTreeMap::from([
+        ("nofile".to_string(), (NOFILE, NOFILE)),
+        ("core".to_string(), (0, 0)),
+    ]);
+    if let Some(n) = plan.nproc {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        limits.insert("nproc".to_string(), (n, n));
+    }
+    limits
+}
+
 /// gVisor's runtime name.
 pub const RUNSC: &str = "runsc";
 

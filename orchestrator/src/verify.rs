@@ -129,6 +129,13 @@ pub fn expected(plan: &ContainerPlan) -> Effective {
         pid_mode: String::new(),
         userns_mode: String::new(),
         devices: 0,
+        cgroupns_mode: "private".into(),
+        uts_mode: String::new(),
+        ulimits: crate::plan::ulimits(plan),
+        sysctls: std::collections::BTreeMap::new(),
+        oom_kill_disable: false,
+        oom_score_adj: crate::plan::OOM_SCORE_ADJ,
+        shm_size: crate::plan::SHM_BYTES,
     }
 }
 
@@ -142,8 +149,8 @@ fn shown<T: std::fmt::Debug>(v: &T) -> String {
 }
 
 /// Every setting of `eff` that differs from what `plan` asked for; empty when the container is
-/// the one planned. Lists must contain what the plan names (more dropped capabilities or more
-/// security options are fine), mounts must match exactly, with private propagation.
+/// the one planned. Dropped capabilities must include the plan's (more are fine); security
+/// options, limits, namespaces and mounts must match exactly, mounts with private propagation.
 pub fn compare(plan: &ContainerPlan, eff: &Effective) -> Vec<Mismatch> {
     let want = expected(plan);
     let mut out = Vec::new();
@@ -184,6 +191,12 @@ pub fn compare(plan: &ContainerPlan, eff: &Effective) -> Vec<Mismatch> {
     same!(init);
     same!(ipc_mode);
     same!(devices);
+    same!(cgroupns_mode);
+    same!(ulimits);
+    same!(sysctls);
+    same!(oom_kill_disable);
+    same!(oom_score_adj);
+    same!(shm_size);
     if want.network_disabled {
         same!(network_disabled);
     }
@@ -203,10 +216,13 @@ pub fn compare(plan: &ContainerPlan, eff: &Effective) -> Vec<Mismatch> {
         shown(&want.cap_drop),
         shown(&eff.cap_drop),
     );
-    let opts_ok = want
-        .security_opt
-        .iter()
-        .all(|o| eff.security_opt.contains(o))
+    // Exactly the plan's options: an engine-added one (a label, a profile, a weaker
+    // no-new-privileges) is a change the plan did not make, whatever it says.
+    let mut got_opts = eff.security_opt.clone();
+    got_opts.sort();
+    let mut want_opts = want.security_opt.clone();
+    want_opts.sort();
+    let opts_ok = got_opts == want_opts
         && !eff
             .security_opt
             .iter()
@@ -222,6 +238,12 @@ pub fn compare(plan: &ContainerPlan, eff: &Effective) -> Vec<Mismatch> {
         eff.pid_mode.is_empty() || eff.pid_mode == "private",
         "private".into(),
         shown(&eff.pid_mode),
+    );
+    check(
+        "uts_mode",
+        eff.uts_mode.is_empty() || eff.uts_mode == "private",
+        "private".into(),
+        shown(&eff.uts_mode),
     );
     check(
         "userns_mode",
@@ -274,7 +296,6 @@ mod tests {
         }
         eff.mounts.reverse();
         eff.cap_drop.push("NET_RAW".into());
-        eff.security_opt.push("seccomp=default.json".into());
         assert!(
             compare(&plan, &eff).is_empty(),
             "{:?}",
@@ -302,6 +323,21 @@ mod tests {
             ("security_opt", |e| {
                 e.security_opt.push("seccomp=unconfined".into())
             }),
+            ("security_opt", |e| {
+                e.security_opt.push("label=type:spc_t".into())
+            }),
+            ("cgroupns_mode", |e| e.cgroupns_mode = "host".into()),
+            ("uts_mode", |e| e.uts_mode = "host".into()),
+            ("ulimits", |e| {
+                e.ulimits.insert("nofile".into(), (1 << 20, 1 << 20));
+            }),
+            ("sysctls", |e| {
+                e.sysctls
+                    .insert("kernel.shm_rmid_forced".into(), "0".into());
+            }),
+            ("oom_kill_disable", |e| e.oom_kill_disable = true),
+            ("oom_score_adj", |e| e.oom_score_adj = -1000),
+            ("shm_size", |e| e.shm_size = 1 << 30),
             ("pids_limit", |e| e.pids_limit = 0),
             ("memory", |e| e.memory = 0),
             ("memory_swap", |e| e.memory_swap = -1),

@@ -112,6 +112,11 @@ fn podman_in_docker_terms(mut e: Effective) -> Effective {
     if e.network_mode == "none" {
         e.network_disabled = true;
     }
+    // Podman does not report the cgroup namespace mode it applied: it is asked for (private)
+    // but cannot be checked there (SECURITY.md, Podman).
+    if e.cgroupns_mode.is_empty() {
+        e.cgroupns_mode = "private".into();
+    }
     e
 }
 
@@ -535,18 +540,16 @@ fn mounts(plan: &ContainerPlan) -> Vec<Mount> {
     mounts
 }
 
-/// Open files and core dumps always; processes when the plan says (see `ContainerPlan::nproc`).
+/// The plan's resource limits ([`crate::plan::ulimits`]) as the engine takes them.
 fn ulimits(plan: &ContainerPlan) -> Vec<ResourcesUlimits> {
-    let limit = |name: &str, n: i64| ResourcesUlimits {
-        name: Some(name.into()),
-        soft: Some(n),
-        hard: Some(n),
-    };
-    let mut limits = vec![limit("nofile", 1024), limit("core", 0)];
-    if let Some(n) = plan.nproc {
-        limits.push(limit("nproc", i64::try_from(n).unwrap_or(i64::MAX)));
-    }
-    limits
+    crate::plan::ulimits(plan)
+        .into_iter()
+        .map(|(name, (soft, hard))| ResourcesUlimits {
+            name: Some(name),
+            soft: Some(soft),
+            hard: Some(hard),
+        })
+        .collect()
 }
 
 /// The worker's host config: every hardening flag and resource limit of the plan.
@@ -574,7 +577,7 @@ fn host_config(plan: &ContainerPlan) -> HostConfig {
         // The container's own cgroup view, not the host's (the default on cgroup v1 hosts).
         cgroupns_mode: Some(bollard::models::HostConfigCgroupnsModeEnum::PRIVATE),
         // Under host memory pressure, the kernel kills the untrusted worker first.
-        oom_score_adj: Some(1000),
+        oom_score_adj: Some(crate::plan::OOM_SCORE_ADJ),
         // Without a network nothing should resolve and resolv.conf should name no host
         // nameserver; with the opt-in network the engine's normal resolver applies.
         dns: no_network.then(|| vec!["127.0.0.1".into()]),
@@ -582,7 +585,7 @@ fn host_config(plan: &ContainerPlan) -> HostConfig {
         dns_options: no_network.then(Vec::new),
         privileged: Some(false),
         publish_all_ports: Some(false),
-        shm_size: Some(1 << 20),
+        shm_size: Some(crate::plan::SHM_BYTES),
         runtime: plan.runtime.clone(),
         // stdout carries the output archive and stderr the worker's messages, both read live
         // over the attach stream (the session keeps at most 1 MiB of logs). No log driver: the
@@ -650,7 +653,29 @@ fn effective_of(inspect: bollard::models::ContainerInspectResponse) -> Effective
         ipc_mode: host.ipc_mode.unwrap_or_default(),
         pid_mode: host.pid_mode.unwrap_or_default(),
         userns_mode: host.userns_mode.unwrap_or_default(),
-        devices: host.devices.map_or(0, |d| d.len()),
+        devices: host.devices.map_or(0, |d| d.len())
+            + host.device_cgroup_rules.map_or(0, |d| d.len())
+            + host.device_requests.map_or(0, |d| d.len()),
+        cgroupns_mode: host
+            .cgroupns_mode
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
+        uts_mode: host.uts_mode.unwrap_or_default(),
+        ulimits: host
+            .ulimits
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|u| {
+                // Docker says `nofile`, Podman `RLIMIT_NOFILE`: one name for both.
+                let name = u.name?.to_ascii_lowercase();
+                let name = name.strip_prefix("rlimit_").unwrap_or(&name).to_string();
+                Some((name, (u.soft.unwrap_or(-1), u.hard.unwrap_or(-1))))
+            })
+            .collect(),
+        sysctls: host.sysctls.unwrap_or_default().into_iter().collect(),
+        oom_kill_disable: host.oom_kill_disable.unwrap_or(false),
+        oom_score_adj: host.oom_score_adj.unwrap_or(0),
+        shm_size: host.shm_size.unwrap_or(0),
     }
 }
 

@@ -236,8 +236,29 @@ pub struct Effective {
     pub pid_mode: String,
     /// User namespace mode (empty: the daemon's).
     pub userns_mode: String,
-    /// Host devices passed in.
+    /// Host devices passed in, device cgroup rules and device requests, together.
     pub devices: usize,
+    /// Cgroup namespace mode (`private`).
+    #[serde(default)]
+    pub cgroupns_mode: String,
+    /// UTS namespace mode (empty: private).
+    #[serde(default)]
+    pub uts_mode: String,
+    /// Resource limits by name: `(soft, hard)`.
+    #[serde(default)]
+    pub ulimits: std::collections::BTreeMap<String, (i64, i64)>,
+    /// Kernel parameters set for the container.
+    #[serde(default)]
+    pub sysctls: std::collections::BTreeMap<String, String>,
+    /// Whether the kernel's OOM killer is kept away from it.
+    #[serde(default)]
+    pub oom_kill_disable: bool,
+    /// Its OOM score adjustment.
+    #[serde(default)]
+    pub oom_score_adj: i64,
+    /// `/dev/shm` size in bytes.
+    #[serde(default)]
+    pub shm_size: i64,
 }
 
 /// A protection of the plan that this engine cannot apply, and what stands in for it; recorded
