@@ -69,6 +69,9 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     if json {
         let mut value = serde_json::to_value(&m)?;
         value["status"] = json!(status.word());
+        if let golem_orch::stage::Status::Merged { into, .. } = &status {
+            value["merged_into"] = json!(into);
+        }
         if let Some(pushed) = pushed(home, &id, &status) {
             value["pushed"] = pushed;
         }
@@ -202,6 +205,15 @@ fn show_pushes(
     status: &golem_orch::stage::Status,
     m: &golem_orch::stage::Manifest,
 ) {
+    if let golem_orch::stage::Status::Merged { into, at } = status {
+        outln!(
+            "merged   into {}  ({}): push that combined commit (golem-orch show {})",
+            home.staged_prefixes().get(into),
+            line(at),
+            home.staged_prefixes().get(into)
+        );
+        return;
+    }
     let pushes = status.pushes();
     if pushes.is_empty() {
         // A whole push recorded before pushes were: the audit log says where it went.
@@ -242,7 +254,7 @@ fn show_pushes(
             "left     {} of {} file(s) not pushed yet (golem-orch push {} pushes them)",
             rest.len(),
             m.files.len(),
-            home::short(id)
+            home.staged_prefixes().get(id)
         );
     } else if !rest.is_empty() {
         outln!(
@@ -265,7 +277,8 @@ fn show_inputs(m: &golem_orch::stage::Manifest) {
             line(&i.source)
         );
         if i.hops.len() > 1 {
-            outln!("      redirected: {}", i.hops.join(" -> "));
+            let hops: Vec<String> = i.hops.iter().map(|h| line(h)).collect();
+            outln!("      redirected: {}", hops.join(" -> "));
         }
     }
     if !m.skipped.is_empty() {
@@ -430,7 +443,7 @@ pub(super) fn push_cmd(
                 "  {} file(s) pushed, {} left: golem-orch push {} pushes the rest",
                 pushed.files,
                 pushed.left,
-                home::short(&id)
+                home.staged_prefixes().get(&id)
             );
         }
         if let Some(r) = &pushed.remote {
@@ -478,7 +491,7 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
     } else if done.already_pushed > 0 {
         outln!(
             "discarded the rest of {}: {} file(s) not pushed are discarded; the {} already pushed stay in their commits",
-            home::short(&id),
+            home.staged_prefixes().get(&id),
             done.discarded,
             done.already_pushed
         );
