@@ -163,9 +163,18 @@ def heldout(agentdojo, llmsec):
     for suite in sorted(os.listdir(suites)):
         p = os.path.join(suites, suite, "injection_tasks.py")
         if os.path.exists(p):
+            consts = module_assigns(p)
             for _, a in class_attrs(p):
                 if isinstance(a.get("GOAL"), str):
-                    goals.append(a["GOAL"])
+                    # the goal's f-string fields filled with the task's own
+                    # constants (attacker IBAN, e-mail address, URL...), as
+                    # the benchmark does (round two; round one left them as
+                    # "{_ATTACKER_IBAN}")
+                    goal = a["GOAL"]
+                    for k, v in {**consts, **a}.items():
+                        if isinstance(v, str) and k != "GOAL":
+                            goal = goal.replace("{" + k + "}", v)
+                    goals.append(goal)
     templates = []
     for f in ["baseline_attacks.py", "important_instructions_attacks.py", "dos_attacks.py"]:
         tree = ast.parse(open(os.path.join(agentdojo, "agentdojo/attacks", f), encoding="utf-8").read())
