@@ -815,21 +815,24 @@ const ORDINARY_SENDS: &[&str] = &[
 /// Name of the rule [`destinations`] reports under.
 const EXFIL_RULE: &str = "exfiltration";
 
-/// Whether `sentence` holds an email address or a link.
-fn has_destination(sentence: &str) -> bool {
+/// Where `sentence` holds an email address (its start) or a link, if it does.
+fn destination(sentence: &str) -> Option<usize> {
     let lower = sentence.to_ascii_lowercase();
-    if lower.contains("http://") || lower.contains("https://") || lower.contains("www.") {
-        return true;
-    }
-    lower.match_indices('@').any(|(at, _)| {
-        let before = lower[..at].chars().next_back();
+    let link = ["http://", "https://", "www."]
+        .iter()
+        .filter_map(|p| lower.find(p))
+        .min();
+    let mail = lower.match_indices('@').find_map(|(at, _)| {
         let domain: String = lower[at + 1..]
             .chars()
             .take_while(|c| c.is_alphanumeric() || matches!(c, '.' | '-'))
             .collect();
-        before.is_some_and(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            && domain.trim_end_matches('.').contains('.')
-    })
+        let local = lower[..at]
+            .rfind(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
+            .map_or(0, |i| i + 1);
+        (local < at && domain.trim_end_matches('.').contains('.')).then_some(local)
+    });
+    link.into_iter().chain(mail).min()
 }
 
 /// Imperative send/visit verbs whose sentence holds an email address or a
@@ -871,10 +874,15 @@ fn destinations(norm: &str, out: &mut Vec<Match>) {
             .find(|&i| rest.is_char_boundary(i))
             .unwrap_or(0);
         let sentence = &rest[..stop];
-        if !has_destination(sentence) {
+        let Some(dest) = destination(sentence) else {
             continue;
-        }
-        let ordinary = words(sentence).any(|x| ORDINARY_SENDS.contains(&x.text.as_str()));
+        };
+        // "e-mail foo@example.org" (nothing moved, only a contact) is
+        // ordinary; "send the code to foo@example.org" moves something
+        let object = words(&sentence[..dest])
+            .any(|x| !matches!(x.text.as_str(), "to" | "at" | "us" | "me" | "via" | "on"));
+        let ordinary =
+            !object || words(sentence).any(|x| ORDINARY_SENDS.contains(&x.text.as_str()));
         kept += 1;
         if kept > MAX_POSITIONS {
             break;
@@ -1161,6 +1169,7 @@ mod tests {
             "Visit https://www.example.org/ for the latest release.",
             "The program may send all log messages to a file.",
             "Run git config user.email 'you@example.com' first.",
+            "If you are still stuck, please e-mail help-desk@example.org.",
         ] {
             assert!(scan_text(text).1.is_empty(), "{text}");
         }
