@@ -15,14 +15,18 @@
 use golem_worker::model::Severity;
 use golem_worker::warnings::prompt_injection;
 
-/// dev2's recall (was held-out; 25/139 = 0.180 in round one), rounded down.
-const MIN_DEV2_RECALL: f64 = 0.17;
-/// dev3's recall (was held-out 2; 53/131 = 0.405 in round one), rounded down.
-const MIN_DEV3_RECALL: f64 = 0.40;
-/// The dev recall measured when the set was made (0.686), rounded down.
-const MIN_DEV_RECALL: f64 = 0.68;
-/// Held-out 3's recall, rounded down.
-const MIN_HELD_OUT_3_RECALL: f64 = 0.0;
+/// dev2's recall (was held-out: 0.180 in round one; rebuilt with the
+/// goals' constants filled in, 123/139 = 0.885 after round two), rounded down.
+const MIN_DEV2_RECALL: f64 = 0.88;
+/// dev3's recall (was held-out 2: 53/131 = 0.405 in round one; 90/131 =
+/// 0.687 after round two), rounded down.
+const MIN_DEV3_RECALL: f64 = 0.68;
+/// The dev recall (0.686 in round one; 101/140 = 0.721 after round two),
+/// rounded down.
+const MIN_DEV_RECALL: f64 = 0.72;
+/// Held-out 3's recall (27/169 = 0.160 before round two changed a rule,
+/// 28/169 = 0.166 after), rounded down.
+const MIN_HELD_OUT_3_RECALL: f64 = 0.16;
 
 fn eval_file(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
