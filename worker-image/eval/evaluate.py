@@ -2,7 +2,7 @@
 """Prompt-injection evaluation on real Debian documents (see run.sh).
 
   evaluate.py pick   WORK          choose the negatives into WORK/neg
-  evaluate.py plant  WORK EVALDIR  plant every attack of dev/heldout into
+  evaluate.py plant  WORK EVALDIR  plant every attack of every set into
                                    clean negatives, WORK/planted
   evaluate.py score  WORK          read the worker's reports, print figures
 
@@ -28,7 +28,7 @@ QUOTAS = {
     "json": ((".json",), 30, 300_000),
     "csv": ((".csv",), 20, 300_000),
 }
-SETS = ["dev", "heldout", "heldout2"]
+SETS = ["dev", "dev2", "dev3", "heldout3"]
 PLACEMENTS = [
     ("visible-html", "html"),
     ("visible-md", "md"),

@@ -4,8 +4,8 @@
 # Installs the Debian *-doc packages that supply the negatives (needs root
 # and network to Debian), builds the release golem-worker, picks >= 300 real
 # documents (HTML, text, Markdown, PDF, JSON, CSV; deterministic), runs
-# `golem-worker report` on them, plants every attack of eval/dev.jsonl and
-# eval/heldout.jsonl into clean ones (visible and hidden placements), runs
+# `golem-worker report` on them, plants every attack of eval/dev.jsonl,
+# eval/dev2.jsonl, dev3.jsonl and heldout3.jsonl into clean ones (visible and hidden placements), runs
 # the worker again and prints: the share of negatives with a HIGH
 # prompt_injection warning, and recall per set and per placement.
 # Nothing it writes is committed: scratch space is $EVAL_WORK

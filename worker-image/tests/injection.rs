@@ -4,24 +4,29 @@
 //! committed ordinary manual sentences get no high warning. The full
 //! evaluation (real Debian documents, planted attacks) is `eval/run.sh`.
 //!
-//! The project's target for the held-out set is 0.85; the detector does not
-//! reach it (see REPORT.md, "Injection detector: evaluation"): most held-out
-//! strings are agentdojo's bare task goals ("TODO: Send a transaction to
-//! ..."), which carry no wording of an injection. The second held-out set
-//! (PyRIT's jailbreak templates) was added after the first was measured.
-//! The floors below keep the measured figures from rotting; raise them when
-//! the detector improves, never tune the rules on the held-out strings.
+//! The project's target for held-out recall is 0.85 (see REPORT.md,
+//! "Injection detector: evaluation"). The round-one held-out sets were seen
+//! and are dev sets now (`dev2.jsonl`: agentdojo + greshake, `dev3.jsonl`:
+//! PyRIT); `heldout3.jsonl` (giskard, BIPIA, promptmap) was built and
+//! measured before round two changed any rule and is never tuned on: its
+//! misses are not printed. The floors below keep the measured figures from
+//! rotting; raise them when the detector improves.
 
 use golem_worker::model::Severity;
 use golem_worker::warnings::prompt_injection;
 
-/// The held-out recall measured when the set was made (25/139 = 0.180), rounded down.
-const MIN_HELD_OUT_RECALL: f64 = 0.17;
-/// The second held-out set's recall measured when it was made (53/131 =
-/// 0.405), rounded down.
-const MIN_HELD_OUT_2_RECALL: f64 = 0.40;
-/// The dev recall measured when the set was made (0.686), rounded down.
-const MIN_DEV_RECALL: f64 = 0.68;
+/// dev2's recall (was held-out: 0.180 in round one; rebuilt with the
+/// goals' constants filled in, 123/139 = 0.885 after round two), rounded down.
+const MIN_DEV2_RECALL: f64 = 0.88;
+/// dev3's recall (was held-out 2: 53/131 = 0.405 in round one; 90/131 =
+/// 0.687 after round two), rounded down.
+const MIN_DEV3_RECALL: f64 = 0.68;
+/// The dev recall (0.686 in round one; 101/140 = 0.721 after round two),
+/// rounded down.
+const MIN_DEV_RECALL: f64 = 0.72;
+/// Held-out 3's recall (27/169 = 0.160 before round two changed a rule,
+/// 28/169 = 0.166 after), rounded down.
+const MIN_HELD_OUT_3_RECALL: f64 = 0.16;
 
 fn eval_file(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,10 +52,10 @@ fn attacks(name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The share of `texts` with any prompt_injection warning; the misses are
-/// printed when INJECTION_EVAL_VERBOSE is set.
-fn recall(texts: &[String]) -> f64 {
-    let verbose = std::env::var_os("INJECTION_EVAL_VERBOSE").is_some();
+/// The share of `texts` with any prompt_injection warning; the misses of a
+/// dev set (`show_misses`) are printed when INJECTION_EVAL_VERBOSE is set.
+fn recall(texts: &[String], show_misses: bool) -> f64 {
+    let verbose = show_misses && std::env::var_os("INJECTION_EVAL_VERBOSE").is_some();
     let mut flagged = 0;
     for t in texts {
         if prompt_injection(&[("text", t)]).1.is_empty() {
@@ -66,26 +71,19 @@ fn recall(texts: &[String]) -> f64 {
 
 #[test]
 fn attack_sets_parse_and_keep_their_measured_recall() {
-    let dev = attacks("dev.jsonl");
-    let held_out = attacks("heldout.jsonl");
-    assert!(dev.len() >= 100 && held_out.len() >= 100);
-    let held_out_2 = attacks("heldout2.jsonl");
-    assert!(held_out_2.len() >= 100);
-    let dev_recall = recall(&dev);
-    let held_out_recall = recall(&held_out);
-    let held_out_2_recall = recall(&held_out_2);
-    eprintln!(
-        "recall: dev {dev_recall:.3}, held-out {held_out_recall:.3}, held-out 2 {held_out_2_recall:.3}"
-    );
-    assert!(dev_recall >= MIN_DEV_RECALL, "dev recall {dev_recall:.3}");
-    assert!(
-        held_out_recall >= MIN_HELD_OUT_RECALL,
-        "held-out recall {held_out_recall:.3}"
-    );
-    assert!(
-        held_out_2_recall >= MIN_HELD_OUT_2_RECALL,
-        "held-out 2 recall {held_out_2_recall:.3}"
-    );
+    let sets = [
+        ("dev.jsonl", MIN_DEV_RECALL, true),
+        ("dev2.jsonl", MIN_DEV2_RECALL, true),
+        ("dev3.jsonl", MIN_DEV3_RECALL, true),
+        ("heldout3.jsonl", MIN_HELD_OUT_3_RECALL, false),
+    ];
+    for (name, floor, show_misses) in sets {
+        let texts = attacks(name);
+        assert!(texts.len() >= 100, "{name}: {} strings", texts.len());
+        let r = recall(&texts, show_misses);
+        eprintln!("recall {name}: {r:.3} ({} strings)", texts.len());
+        assert!(r >= floor, "{name}: recall {r:.3} below {floor}");
+    }
 }
 
 #[test]

@@ -191,6 +191,150 @@ pub fn extract(markdown: &str) -> Extracted {
     ex
 }
 
+/// HTML element names a browser renders (or hides on purpose, which the
+/// HTML extractor judges). A raw tag in Markdown with another name
+/// (`<end of session>`) renders as nothing: nobody sees it.
+const HTML_ELEMENTS: &[&str] = &[
+    "a",
+    "abbr",
+    "address",
+    "area",
+    "article",
+    "aside",
+    "audio",
+    "b",
+    "base",
+    "bdi",
+    "bdo",
+    "blockquote",
+    "body",
+    "br",
+    "button",
+    "canvas",
+    "caption",
+    "center",
+    "cite",
+    "code",
+    "col",
+    "colgroup",
+    "data",
+    "datalist",
+    "dd",
+    "del",
+    "details",
+    "dfn",
+    "dialog",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "embed",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "font",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "head",
+    "header",
+    "hr",
+    "html",
+    "i",
+    "iframe",
+    "img",
+    "input",
+    "ins",
+    "kbd",
+    "label",
+    "legend",
+    "li",
+    "link",
+    "main",
+    "map",
+    "mark",
+    "meta",
+    "meter",
+    "nav",
+    "noscript",
+    "object",
+    "ol",
+    "optgroup",
+    "option",
+    "output",
+    "p",
+    "param",
+    "picture",
+    "pre",
+    "progress",
+    "q",
+    "rp",
+    "rt",
+    "ruby",
+    "s",
+    "samp",
+    "script",
+    "section",
+    "select",
+    "small",
+    "source",
+    "span",
+    "strike",
+    "strong",
+    "style",
+    "sub",
+    "summary",
+    "sup",
+    "svg",
+    "table",
+    "tbody",
+    "td",
+    "template",
+    "textarea",
+    "tfoot",
+    "th",
+    "thead",
+    "time",
+    "title",
+    "tr",
+    "track",
+    "tt",
+    "u",
+    "ul",
+    "var",
+    "video",
+    "wbr",
+];
+
+/// The raw HTML tags of `raw` (a Markdown document's inline and block HTML)
+/// whose element name is not an HTML element: the HTML extractor drops
+/// them, a reader sees nothing, so their source is scanned as hidden text.
+fn unknown_tags(raw: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = raw;
+    while let Some(open) = rest.find('<') {
+        let tail = &rest[open..];
+        let Some(close) = tail.find('>') else { break };
+        let tag = &tail[..=close];
+        let name: String = tag[1..]
+            .trim_start_matches('/')
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if !name.is_empty() && !HTML_ELEMENTS.contains(&name.as_str()) {
+            out.push(tag);
+        }
+        rest = &tail[close + 1..];
+    }
+    out
+}
+
 fn extract_body(markdown: &str) -> Extracted {
     let mut options = Options::empty();
     options.insert(Options::ENABLE_TABLES);
@@ -214,6 +358,10 @@ fn extract_body(markdown: &str) -> Extracted {
     // comments never reach the HTML, so they are added here.
     for quote in &ref_comments {
         ex.hidden.push_str(quote);
+        ex.hidden.push_str("\n");
+    }
+    for tag in unknown_tags(&raw_html) {
+        ex.hidden.push_str(tag);
         ex.hidden.push_str("\n");
     }
     ex.warnings.extend(comment_warning(
@@ -361,6 +509,33 @@ mod tests {
             .warnings
             .iter()
             .all(|w| w.kind != WarningKind::HiddenText));
+    }
+
+    #[test]
+    fn raw_tags_that_render_as_nothing_are_scanned_as_hidden_text() {
+        let md = "Release notes.\n\nThanks. <end of session> <b>bold</b> <span>x</span>\n";
+        let ex = extract(md);
+        let hidden = ex.hidden.as_str();
+        assert!(hidden.contains("<end of session>"), "{hidden:?}");
+        assert!(
+            !hidden.contains("<b>") && !hidden.contains("<span>"),
+            "{hidden:?}"
+        );
+        let a = crate::extract::analyze(
+            md.as_bytes().to_vec(),
+            md.len() as u64,
+            false,
+            crate::extract::Mode::Report,
+        );
+        assert!(
+            a.warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::PromptInjection
+                    && w.severity == Severity::High
+                    && w.message.contains("chat-template-marker")),
+            "{:?}",
+            a.warnings
+        );
     }
 
     #[test]
