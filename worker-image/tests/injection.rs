@@ -7,7 +7,7 @@
 //! The project's target for held-out recall is 0.85 (see REPORT.md,
 //! "Injection detector: evaluation"). The round-one held-out sets were seen
 //! and are dev sets now (`dev2.jsonl`: agentdojo + greshake, `dev3.jsonl`:
-//! PyRIT); `heldout3.jsonl` (giskard, BIPIA, promptmap) was built and
+//! PyRIT); `heldout3.jsonl` (giskard, BIPIA) was built and
 //! measured before round two changed any rule and is never tuned on: its
 //! misses are not printed. The floors below keep the measured figures from
 //! rotting; raise them when the detector improves.
@@ -24,9 +24,10 @@ const MIN_DEV3_RECALL: f64 = 0.68;
 /// The dev recall (0.686 in round one; 101/140 = 0.721 after round two),
 /// rounded down.
 const MIN_DEV_RECALL: f64 = 0.72;
-/// Held-out 3's recall (27/169 = 0.160 before round two changed a rule,
-/// 28/169 = 0.166 after), rounded down.
-const MIN_HELD_OUT_3_RECALL: f64 = 0.16;
+/// Held-out 3's recall, rounded down: 15/147 = 0.102 after round two (the
+/// 22 GPL-3.0 promptmap strings of the first build, which round two measured
+/// as 27/169 before and 28/169 after, were dropped for the licence).
+const MIN_HELD_OUT_3_RECALL: f64 = 0.10;
 
 fn eval_file(name: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
