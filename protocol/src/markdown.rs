@@ -35,6 +35,30 @@ pub fn escape_inline(text: &str) -> String {
     out
 }
 
+/// A code span holding `text` verbatim (already escaped, one line): delimited by a backtick run
+/// longer than any inside it, so the content can neither close it early nor become a link,
+/// not even one of GitHub's automatic `https://`/`www.` links. In a table cell, escape `|` as
+/// `\|` first (GFM splits cells on `|` even inside code spans).
+pub fn code_span(text: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        if c == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    let ticks = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') || text.is_empty() {
+        " "
+    } else {
+        ""
+    };
+    format!("{ticks}{pad}{text}{pad}{ticks}")
+}
+
 /// A relative link target: `./` and then everything but `A-Z a-z 0-9 . _ ~ - /`
 /// percent-encoded, so the target can neither end the link nor read as a scheme or HTML.
 pub fn link_target(path: &str) -> String {
@@ -64,5 +88,8 @@ mod tests {
         );
         assert_eq!(link_target("a b/ü(1)"), "./a%20b/%C3%BC%281%29");
         assert_eq!(link_target("javascript:x"), "./javascript%3Ax");
+        assert_eq!(code_span("https://a"), "`https://a`");
+        assert_eq!(code_span("a``b"), "```a``b```");
+        assert_eq!(code_span("`x"), "`` `x ``");
     }
 }

@@ -289,9 +289,10 @@ fn the_stage_as_one_index_escapes_document_names_and_lists_failed_documents() {
     assert_eq!(code, 1, "{result}");
     let staged = result["staged"].as_str().expect("one staged commit");
     let index = std::fs::read_to_string(g.staged_files(staged).join("index.md")).unwrap();
-    // The source is plain text in its cell: no link, no cell break, no emphasis.
+    // The source is a code span in its cell: no link (not even an automatic one), no cell
+    // break, no emphasis.
     assert!(
-        index.contains("| docs/x\\](javascript:alert(1))\\|\\*.txt | [x\\_\\_javascript"),
+        index.contains("| `docs/x](javascript:alert(1))\\|*.txt` | [x\\_\\_javascript"),
         "{index}"
     );
     assert!(

@@ -148,13 +148,7 @@ pub fn markdown_inline(s: &str) -> String {
 /// neither close it early nor become a link. Not for table cells (GFM splits
 /// cells on `|` even inside code spans).
 pub fn inline_code(s: &str) -> String {
-    let ticks = "`".repeat(longest_backtick_run(s) + 1);
-    let pad = if s.starts_with('`') || s.ends_with('`') || s.is_empty() {
-        " "
-    } else {
-        ""
-    };
-    format!("{ticks}{pad}{s}{pad}{ticks}")
+    golem_protocol::markdown::code_span(s)
 }
 
 fn longest_backtick_run(s: &str) -> usize {

@@ -48,12 +48,18 @@ pub(super) fn render(id: &str, record: &Record) -> String {
         let _ = writeln!(
             out,
             "| {} | {folder} | {} | {} |",
-            inline(&d.source),
+            source_cell(&d.source),
             d.status.as_str(),
             d.files
         );
     }
     out
+}
+
+/// A document's source (a path or URL) in a table cell: a code span, so a URL is never a live
+/// link (not even one of GitHub's automatic ones), with `|` escaped for the table.
+fn source_cell(source: &str) -> String {
+    golem_protocol::markdown::code_span(&crate::render::line(source).replace('|', "\\|"))
 }
 
 /// Untrusted text as plain one-line Markdown: escaped for a terminal, then every Markdown
