@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::harness::hostile;
+use crate::harness::stage_files;
 use crate::harness::{git_with, stderr_text, Golem, IGNORE_GOLEM};
 
 /// Git leaves file names as they are, even on a file system that would precompose them.
@@ -18,19 +18,6 @@ const NO_PRECOMPOSE: &[&str] = &["-c", "core.precomposeUnicode=false"];
 /// Runs git in `dir` with a fixed identity and returns trimmed stdout; panics on failure.
 fn git(dir: &Path, args: &[&str]) -> String {
     git_with(dir, NO_PRECOMPOSE, args)
-}
-
-/// A hostile worker stages exactly `files` (path, bytes); returns the staged id.
-fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
-    let mut mode = vec!["files".to_string()];
-    for (path, bytes) in files {
-        mode.push((*path).to_string());
-        mode.push(bytes.iter().map(|b| format!("{b:02x}")).collect());
-    }
-    let mode: Vec<&str> = mode.iter().map(String::as_str).collect();
-    let run = hostile(g, &[], &mode);
-    assert_eq!(run.code, 0, "{} {}", run.json, run.stderr);
-    run.staged()
 }
 
 /// `push` without `--yes` on a terminal (a pseudo-terminal from util-linux `script`), answering

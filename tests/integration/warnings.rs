@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{hostile, stderr_text, Golem};
+use crate::harness::{stage_files, stderr_text, Golem};
 
 /// The hostile page (hidden text with a planted prompt injection, scripts) and a clean one.
 fn documents(g: &Golem) {
@@ -93,19 +93,6 @@ fn the_warn_column_marks_the_document_with_a_planted_injection() {
         "{shown}"
     );
     g.assert_clean();
-}
-
-/// A hostile worker stages exactly `files` (path, bytes); returns the staged id.
-fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
-    let mut mode = vec!["files".to_string()];
-    for (path, bytes) in files {
-        mode.push((*path).to_string());
-        mode.push(bytes.iter().map(|b| format!("{b:02x}")).collect());
-    }
-    let mode: Vec<&str> = mode.iter().map(String::as_str).collect();
-    let run = hostile(g, &[], &mode);
-    assert_eq!(run.code, 0, "{} {}", run.json, run.stderr);
-    run.staged()
 }
 
 #[test]

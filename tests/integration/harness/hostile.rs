@@ -18,6 +18,19 @@ pub(crate) fn hostile(g: &Golem, extra: &[&str], mode: &[&str]) -> Run {
     g.run().flags(extra).hostile(mode).outcome()
 }
 
+/// A hostile worker stages exactly `files` (path, bytes); returns the staged id.
+pub(crate) fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
+    let mut mode = vec!["files".to_string()];
+    for (path, bytes) in files {
+        mode.push((*path).to_string());
+        mode.push(bytes.iter().map(|b| format!("{b:02x}")).collect());
+    }
+    let mode: Vec<&str> = mode.iter().map(String::as_str).collect();
+    let run = hostile(g, &[], &mode);
+    assert_eq!(run.code, 0, "{} {}", run.json, run.stderr);
+    run.staged()
+}
+
 /// Builds `tests/hostile-worker` statically and wraps it in a scratch image, once per test
 /// binary; returns its tag.
 pub(crate) fn hostile_image() -> &'static str {

@@ -29,7 +29,7 @@ pub(crate) use evidence::{
     staged_json_in, tree, untrusted, worker_report, HostWitness,
 };
 pub(crate) use git::{git, git_with, IGNORE_GOLEM};
-pub(crate) use hostile::{docker_build, hostile, hostile_image};
+pub(crate) use hostile::{docker_build, hostile, hostile_image, stage_files};
 pub(crate) use run::{parse_run, run_bounded, Run, RunBuilder, Status, HANG_GUARD};
 pub(crate) use spawn::{wait_for_stderr_line, ChildGuard, LabelGuard};
 
