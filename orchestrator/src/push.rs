@@ -368,9 +368,13 @@ fn consent(
             PushError::Collision { pairs: colliding },
         ));
     }
-    if !colliding.is_empty() {
-        // The person overrode a refusal: the log says what they accepted.
-        audit.record(Some(id), "push.forced", json!({ "collisions": colliding }))?;
+    if !colliding.is_empty() || !proposal.conflicts.is_empty() {
+        // The person overrode a refusal: the log says what they accepted, whichever it was.
+        audit.record(
+            Some(id),
+            "push.forced",
+            json!({ "conflicts": proposal.conflicts, "collisions": colliding }),
+        )?;
     }
     Ok(())
 }

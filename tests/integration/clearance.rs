@@ -191,6 +191,14 @@ fn a_tampered_stage_is_refused() {
         "{}",
         stderr_text(&out)
     );
+    // `diff` shows a reviewer only what a push would commit: it refuses the same manifest.
+    let out = g.output(["diff", &id]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_text(&out).contains("manifest does not match"),
+        "{}",
+        stderr_text(&out)
+    );
     // Nothing reached the repository, and the stage is still pending.
     assert!(!g.has_ref("refs/heads/golem/x"));
     assert_eq!(g.staged()[0]["status"], "pending");
@@ -233,6 +241,18 @@ fn a_concurrent_change_to_the_same_path_is_a_conflict_named_by_path() {
     ]);
     assert_eq!(code, 0, "{pushed}");
     assert_eq!(g.git(&["rev-parse", "shared^"]), tip);
+    // The log says which conflicting paths the person accepted.
+    let forced = g
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "push.forced")
+        .expect("push.forced audited");
+    assert!(
+        forced["data"]["conflicts"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty()),
+        "{forced}"
+    );
 }
 
 #[test]

@@ -345,7 +345,10 @@ fn open_target(home: &Home, t: &TargetArgs) -> Result<(String, golem_orch::targe
 pub(super) fn diff_cmd(home: &Home, t: &TargetArgs, stat: bool) -> Result<ExitCode> {
     let (id, target) = open_target(home, t)?;
     let stage = Stage::new(home.staged_dir());
-    let manifest = stage.manifest(&id)?;
+    // The manifest push would use: the one the audit log anchored at staging, so what a person
+    // reviews is what a push would commit.
+    let audit = Audit::new(home.audit_path());
+    let manifest = golem_orch::push::verified_manifest(&stage, &audit, &id)?;
     let diffs = golem_orch::diff::compute(&stage, &id, &manifest, &target, &t.only)?;
     if t.json.json {
         print_json(
