@@ -173,6 +173,14 @@ pub(super) async fn doctor(
                     info.default_runtime
                 ),
             );
+            match info.unsafe_defaults() {
+                None => add(
+                    true,
+                    "engine defaults",
+                    format!("security options: {}", info.security_options.join("; ")),
+                ),
+                Some(why) => add(false, "engine defaults", why),
+            }
             engine_info = Some(info);
             match image::current(&engine).await {
                 Ok(Some(id)) => add(

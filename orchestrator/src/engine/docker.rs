@@ -177,6 +177,7 @@ impl Engine for DockerEngine {
                 name,
                 runtimes,
                 default_runtime: info.default_runtime.unwrap_or_default(),
+                security_options: info.security_options.unwrap_or_default(),
             })
         })
     }

@@ -81,6 +81,7 @@ pub struct FakeEngine {
     calls: Mutex<Vec<String>>,
     plan: Mutex<Option<ContainerPlan>>,
     tamper: Option<fn(&mut Effective)>,
+    security_options: Mutex<Vec<String>>,
 }
 
 impl FakeEngine {
@@ -92,6 +93,7 @@ impl FakeEngine {
             calls: Mutex::new(Vec::new()),
             plan: Mutex::new(None),
             tamper: None,
+            security_options: Mutex::new(vec!["name=seccomp,profile=default".into()]),
         })
     }
 
@@ -104,7 +106,15 @@ impl FakeEngine {
             calls: Mutex::new(Vec::new()),
             plan: Mutex::new(None),
             tamper: Some(tamper),
+            security_options: Mutex::new(vec!["name=seccomp,profile=default".into()]),
         })
+    }
+
+    /// Makes the engine report these security options (`docker info`'s `SecurityOptions`).
+    pub fn set_security_options(&self, options: &[&str]) {
+        if let Ok(mut o) = self.security_options.lock() {
+            *o = options.iter().map(|s| s.to_string()).collect();
+        }
     }
 
     /// The plan the last container was created with.
@@ -192,6 +202,11 @@ impl Engine for FakeEngine {
             name: "fake".into(),
             runtimes: vec!["runc".into()],
             default_runtime: "runc".into(),
+            security_options: self
+                .security_options
+                .lock()
+                .map(|o| o.clone())
+                .unwrap_or_default(),
         })
     }
 

@@ -147,6 +147,24 @@ pub struct EngineInfo {
     pub runtimes: Vec<String>,
     /// The runtime a container gets when the plan names none.
     pub default_runtime: String,
+    /// The engine's security options (`name=seccomp,profile=default`, ...), as it reports them.
+    #[serde(default)]
+    pub security_options: Vec<String>,
+}
+
+impl EngineInfo {
+    /// Why this engine must not run workers, if it must not: its default seccomp profile is
+    /// switched off (`dockerd --seccomp-profile=unconfined`). The plan names no profile, so
+    /// the container would then run with none, and nothing in its own record would show it.
+    pub fn unsafe_defaults(&self) -> Option<String> {
+        let unconfined = self
+            .security_options
+            .iter()
+            .any(|o| o.contains("name=seccomp") && o.contains("profile=unconfined"));
+        unconfined.then(|| {
+            "the engine's default seccomp profile is unconfined (name=seccomp,profile=unconfined); golem-orch runs no worker without one".to_string()
+        })
+    }
 }
 
 /// One piece of a container's output as the attach stream delivers it: stdout carries the

@@ -164,6 +164,9 @@ pub enum SessionError {
         "the engine did not create the container as planned ({0}); it was removed without starting"
     )]
     Mismatch(String),
+    /// The engine's own defaults switch a protection off (see `EngineInfo::unsafe_defaults`).
+    #[error("{0}")]
+    UnsafeEngine(String),
     /// The policy names a runtime the engine does not have.
     #[error("the {runtime:?} runtime is not registered with the engine (it has: {have}); see README, \"Runtimes\"")]
     RuntimeMissing {
@@ -293,17 +296,22 @@ pub async fn run_resolved(
     session.clean_up(result).await
 }
 
-/// Settles the runtime against the engine's: a runtime it has is kept; a missing one is refused
+/// Refuses an engine whose defaults switch a protection off, then settles the runtime against
+/// the engine's: a runtime it has is kept; a missing one is refused
 /// when required (a level's `runtime_required`, or a person's `--runtime`), else dropped for the
 /// engine's default and returned, to be audited and warned about.
 async fn check_runtime(
     engine: &dyn Engine,
     policy: &mut crate::policy::Policy,
 ) -> Result<Option<String>, SessionError> {
+    let info = engine.version().await?;
+    // An engine whose defaults switch a protection off runs no worker at all.
+    if let Some(why) = info.unsafe_defaults() {
+        return Err(SessionError::UnsafeEngine(why));
+    }
     let Some(runtime) = policy.runtime.clone() else {
         return Ok(None);
     };
-    let info = engine.version().await?;
     if info.runtimes.contains(&runtime) {
         return Ok(None);
     }

@@ -225,6 +225,27 @@ async fn a_runtime_the_engine_lacks_is_refused_before_a_session_exists() {
     assert!(!f.home.audit_path().exists() || events_all(&f).is_empty());
 }
 
+/// An engine whose default seccomp profile is unconfined runs no worker: refused in one line
+/// before a session exists.
+#[tokio::test(start_paused = true)]
+async fn an_engine_without_its_default_seccomp_profile_runs_no_worker() {
+    let f = fixture();
+    let engine = FakeEngine::new(Script::new(Vec::new(), 0));
+    engine.set_security_options(&["name=seccomp,profile=unconfined", "name=apparmor"]);
+    let err = run_resolved(
+        &f.home,
+        &*engine,
+        options(&f),
+        &images(),
+        std::future::pending(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, SessionError::UnsafeEngine(_)), "{err}");
+    assert!(err.to_string().contains("seccomp"), "{err}");
+    assert!(!engine.called("create"), "{:?}", engine.calls());
+}
+
 /// A preferred runtime that is not required falls back to the engine's default, audited.
 #[tokio::test(start_paused = true)]
 async fn a_missing_preferred_runtime_falls_back_to_the_default_audited() {
