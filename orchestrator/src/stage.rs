@@ -95,6 +95,10 @@ pub struct ModelRecord {
     /// to send its environment somewhere. Shown as a high warning.
     #[serde(default)]
     pub honeytoken_seen: bool,
+    /// Exchanges not wholly in the transcript (its caps, a flood of refused requests, a failed
+    /// write): the reviewer is told the transcript is not the whole story.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub transcript_incomplete: u64,
 }
 
 /// One line of `golem-orch staged`.
@@ -174,6 +178,10 @@ pub enum StageError {
         /// What was attempted.
         wanted: String,
     },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StageError + '_ {

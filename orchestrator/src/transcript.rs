@@ -206,6 +206,7 @@ mod tests {
                 usage: ModelUsage::default(),
                 transcript_sha256,
                 honeytoken_seen: false,
+                transcript_incomplete: 0,
             }),
             container: None,
             warnings: None,

@@ -301,6 +301,12 @@ fn show_model(stage: &Stage, id: &str, printed: &str, m: &golem_orch::stage::Man
         present::model_usage(&record.usage),
         printed
     );
+    if record.transcript_incomplete > 0 {
+        outln!(
+            "  {} exchange(s) are not (wholly) in the transcript (its size caps, a flood of refused requests, or a failed write); the audit log has their records",
+            record.transcript_incomplete
+        );
+    }
     if record.honeytoken_seen {
         outln!("  HIGH: the container's fake key (honeytoken) was seen: the worker tried to send its environment out. Read the transcript before pushing anything.");
     }

@@ -178,6 +178,8 @@ pub struct GatewayReport {
     pub honeytoken_seen: bool,
     /// The transcript file.
     pub transcript_path: PathBuf,
+    /// Exchanges not wholly in it (the audit log still has their records).
+    pub transcript_incomplete: u64,
 }
 
 /// State shared by every connection of one session's gateway.
@@ -197,6 +199,9 @@ struct Shared {
     refused: AtomicU64,
     /// Honeytoken refusals so far.
     honeytokens: AtomicU64,
+    /// Exchanges not wholly in the transcript (bodies left out, dropped, not recorded past the
+    /// refusal cap, or a failed write).
+    incomplete: AtomicU64,
     honeytoken_seen: AtomicBool,
 }
 
@@ -287,6 +292,7 @@ pub fn start(spec: GatewaySpec<'_>, sink: EventSink) -> Result<GatewayHandle, Ga
         seq: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         honeytokens: AtomicU64::new(0),
+        incomplete: AtomicU64::new(0),
         honeytoken_seen: AtomicBool::new(false),
     });
     let cancel = CancellationToken::new();
@@ -355,6 +361,7 @@ impl GatewayHandle {
             refused: self.shared.refused.load(Ordering::SeqCst),
             honeytoken_seen: self.shared.honeytoken_seen.load(Ordering::SeqCst),
             transcript_path: self.shared.transcript.path().to_path_buf(),
+            transcript_incomplete: self.shared.incomplete.load(Ordering::SeqCst),
         }
     }
 }

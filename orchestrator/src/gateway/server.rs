@@ -251,6 +251,7 @@ fn record(shared: &Shared, o: Outcome, time: String, started: Instant) {
             && shared.honeytokens.fetch_add(1, Ordering::SeqCst) < MAX_RECORDED_HONEYTOKENS;
         if refused > MAX_RECORDED_REFUSALS && !evidence {
             // A flood of refused requests: counted, answered, not recorded one by one.
+            shared.incomplete.fetch_add(1, Ordering::SeqCst);
             if refused == MAX_RECORDED_REFUSALS + 1 {
                 shared.emit("model.refusals_capped", json!({"seq": seq,
                     "recorded": MAX_RECORDED_REFUSALS,
@@ -264,11 +265,15 @@ fn record(shared: &Shared, o: Outcome, time: String, started: Instant) {
     match written {
         Ok(kept) => {
             if let Some(note) = kept.note() {
+                shared.incomplete.fetch_add(1, Ordering::SeqCst);
                 data["transcript"] = Value::String(note.into());
             }
         }
         // The record still reaches the audit log, which says the transcript is incomplete.
-        Err(e) => data["transcript_error"] = Value::String(e.to_string()),
+        Err(e) => {
+            shared.incomplete.fetch_add(1, Ordering::SeqCst);
+            data["transcript_error"] = Value::String(e.to_string());
+        }
     }
     let event = match &o.refused {
         Some(refusal) => {

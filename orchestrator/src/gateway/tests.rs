@@ -709,6 +709,11 @@ async fn a_flood_of_refused_requests_is_counted_but_recorded_only_up_to_a_cap() 
         flood + sightings,
         "every refusal is counted"
     );
+    assert_eq!(
+        report.transcript_incomplete,
+        (flood - server::MAX_RECORDED_REFUSALS) + (sightings - kept),
+        "the exchanges left out of the transcript are counted for the manifest"
+    );
     let text = std::fs::read_to_string(&report.transcript_path).unwrap();
     let lines = text.lines().count() as u64;
     assert_eq!(lines, server::MAX_RECORDED_REFUSALS + kept);

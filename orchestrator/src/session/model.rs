@@ -87,6 +87,7 @@ pub(super) struct ModelSession {
     transcript: PathBuf,
     usage: ModelUsage,
     honeytoken_seen: bool,
+    transcript_incomplete: u64,
     transcript_sha256: Option<String>,
 }
 
@@ -190,6 +191,7 @@ impl Session<'_> {
             transcript,
             usage: ModelUsage::default(),
             honeytoken_seen: false,
+            transcript_incomplete: 0,
             transcript_sha256: None,
         });
         Ok(())
@@ -216,6 +218,7 @@ impl Session<'_> {
                 refused: report.refused,
             };
             model.honeytoken_seen |= report.honeytoken_seen;
+            model.transcript_incomplete = report.transcript_incomplete;
         }
         if let Err(e) = std::fs::remove_dir_all(&model.socket_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -293,6 +296,7 @@ impl Session<'_> {
             usage: model.usage,
             transcript_sha256: sha256,
             honeytoken_seen: model.honeytoken_seen,
+            transcript_incomplete: model.transcript_incomplete,
         }))
     }
 
@@ -305,7 +309,8 @@ impl Session<'_> {
         self.audit(
             "model.summary",
             json!({ "requests": u.requests, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-                "refused": u.refused, "honeytoken_seen": model.honeytoken_seen, "transcript_sha256": model.transcript_sha256 }),
+                "refused": u.refused, "honeytoken_seen": model.honeytoken_seen, "transcript_sha256": model.transcript_sha256,
+                "transcript_incomplete": model.transcript_incomplete }),
         )
     }
 }
