@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Registers gVisor (runsc) with the Docker Engine for the stories that also run under it:
-# installs runsc from Debian when missing, merges it into /etc/docker/daemon.json (every other
-# key kept) and reloads the engine with SIGHUP. Idempotent: does nothing when the engine already
-# lists runsc. Needs root (or sudo) and a local dockerd.
+# Prepares the stories that also run under gVisor and through Podman: installs podman from
+# Debian when missing (the tests start their own private service), and registers gVisor (runsc)
+# with the Docker Engine: installs runsc when missing, merges it into /etc/docker/daemon.json
+# (every other key kept) and reloads the engine with SIGHUP. Idempotent. Needs root (or sudo)
+# and a local dockerd.
 set -euo pipefail
+sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+if ! command -v podman >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y podman >/dev/null 2>&1 \
+    || { $sudo apt-get update >/dev/null && $sudo apt-get install -y podman >/dev/null; }
+fi
 registered() { docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; }
 registered && exit 0
-sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
 if ! command -v runsc >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get install -y --no-install-recommends runsc >/dev/null 2>&1 \

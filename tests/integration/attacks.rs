@@ -85,7 +85,7 @@ fn try_mode<'a>(mode: &'a str, paths: impl IntoIterator<Item = &'a str>) -> Vec<
 // ------------------------------------------------------------------------------------ network
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks `network: none`: plan.rs `build` (network = the policy's mode unless
     /// --allow-network where allowed), engine/docker.rs `worker_body` (`network_mode` and
     /// `network_disabled`). With a network, the probe would see an interface other than `lo`
@@ -108,7 +108,7 @@ attack_under! {
 }
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks `network: none` (as above) with UDP, which needs no handshake to leak a datagram.
     fn udp_egress_fails_inside_the_kernel(g)
     given { let input = probe_input(&g); }
@@ -122,7 +122,7 @@ attack_under! {
 }
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks `network: none` (as above): no name resolves, and the container's resolv.conf
     /// names none of the host's nameservers. (engine/docker.rs `worker_body` also sets
     /// `dns: [127.0.0.1]`, but with no network Docker 20.10 writes an empty resolv.conf anyway,
@@ -333,7 +333,7 @@ fn inputs_and_the_root_filesystem_are_read_only() {
 // ------------------------------------------------------------------------------- privileges
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks the policy's non-root `user` (plan.rs `build` → `user`), container.rs
     /// `worker_body` `cap_drop: [ALL]` and `security_opt: [no-new-privileges]`, and the
     /// noexec,nosuid output tmpfs (plan.rs `Output::mount_options`): setuid(0) fails, every
@@ -549,7 +549,7 @@ attack! {
 // ---------------------------------------------------------------------------- the output
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks extract/mod.rs `extract` (only regular files and directories leave) and the audit of
     /// every refusal (`Session::steps` (session/mod.rs), `entry.rejected`). session.rs checks the reasons in the
     /// manifest; this names every refusal in the audit log, the socket the worker made included
@@ -593,7 +593,7 @@ attack_under! {
 }
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks the output mount (engine/docker.rs `worker_body`: /output is a tmpfs mount point the
     /// worker cannot remove, rename or replace) and extract's `check_root_entry` (an archive
     /// whose first entry is not the /output directory is refused whole). Every replacement fails
@@ -712,7 +712,7 @@ attack! {
 }
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks extract/entry.rs `check_file_caps`'s per-file cap with the shipped policy (8 MiB): the one
     /// oversized file is refused by name in the audit log, the rest is staged.
     fn one_file_over_the_cap_is_refused_by_name_and_the_rest_staged(g) {
@@ -797,7 +797,7 @@ attack! {
 }
 
 attack_under! {
-    [runsc]
+    [runsc, podman]
     /// Attacks `Session::steps` (session/mod.rs) → container.rs `finished` (SIGKILL at the wall-clock limit) with
     /// a worker that never sleeps. Without the kill the run would hang (the test's hang guard
     /// then fails it). The CPU limit (`nano_cpus`) is in the audited plan.

@@ -34,15 +34,27 @@ pub(crate) fn stage_files(g: &Golem, files: &[(&str, &[u8])]) -> String {
 /// Builds `tests/hostile-worker` statically and wraps it in a scratch image, once per test
 /// binary; returns its tag.
 pub(crate) fn hostile_image() -> &'static str {
+    hostile_image_at(None)
+}
+
+/// [`hostile_image`] in the engine at `host` (`DOCKER_HOST`; `None`: the default engine), once
+/// per engine and test binary. The tag is the same everywhere.
+pub(crate) fn hostile_image_at(host: Option<&str>) -> &'static str {
     static TAG: OnceLock<String> = OnceLock::new();
-    TAG.get_or_init(|| {
+    static BUILT: std::sync::Mutex<Vec<Option<String>>> = std::sync::Mutex::new(Vec::new());
+    let tag = TAG.get_or_init(|| {
+        let binary = build_static_hostile_worker();
+        format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary))
+    });
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let key = host.map(String::from);
+    if !built.contains(&key) {
         let binary = build_static_hostile_worker();
         let context = tempfile::tempdir().expect("context dir");
         let copy = context.path().join("hostile-worker");
         std::fs::write(&copy, &binary).expect("copy hostile-worker");
         std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("make hostile-worker executable");
-        let tag = format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary));
         std::fs::write(
             context.path().join("Dockerfile"),
             "FROM scratch\n\
@@ -51,9 +63,10 @@ pub(crate) fn hostile_image() -> &'static str {
              ENTRYPOINT [\"/hostile-worker\"]\n",
         )
         .expect("Dockerfile");
-        docker_build(&tag, context.path());
-        tag
-    })
+        docker_build_at(host, tag, context.path());
+        built.push(key);
+    }
+    tag
 }
 
 /// Builds the hostile worker as a static binary (a scratch image has no libc) and returns it.
@@ -93,12 +106,19 @@ fn build_static_hostile_worker() -> Vec<u8> {
 /// Builds the image `tag` from the Dockerfile in `context` with the classic builder, which uses
 /// a local `FROM` image (such as [`hostile_image`]) without trying to pull it; panics on failure.
 pub(crate) fn docker_build(tag: &str, context: &Path) {
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", tag])
+    docker_build_at(None, tag, context);
+}
+
+/// [`docker_build`] in the engine at `host` (`DOCKER_HOST`).
+fn docker_build_at(host: Option<&str>, tag: &str, context: &Path) {
+    let mut cmd = Command::new("docker");
+    cmd.args(["build", "-q", "-t", tag])
         .arg(context)
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .expect("docker build");
+        .env("DOCKER_BUILDKIT", "0");
+    if let Some(h) = host {
+        cmd.env("DOCKER_HOST", h);
+    }
+    let out = cmd.output().expect("docker build");
     assert!(
         out.status.success(),
         "docker build {tag}: {}",

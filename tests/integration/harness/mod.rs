@@ -13,6 +13,7 @@
 mod evidence;
 mod git;
 mod hostile;
+mod podman;
 mod run;
 mod spawn;
 
@@ -63,8 +64,21 @@ pub(crate) use attack;
 /// `--runtime` ([`Golem::under`]: where the engine lacks the runtime the story fails when `CI` is
 /// set and is skipped with a note otherwise).
 macro_rules! attack_under {
+    (@one $test:ident, $engine:expr, $g:ident, { $($setup:tt)* }, { $($body:tt)* }) => {
+        #[test]
+        fn $test() {
+            let Some($g) = $engine else {
+                return;
+            };
+            $($setup)*
+            let witness = $crate::harness::HostWitness::take(&$g);
+            $($body)*
+            witness.assert_unchanged();
+            $g.assert_clean();
+        }
+    };
     (
-        [$rt:ident]
+        [$($rt:ident),+]
         $(#[$meta:meta])*
         fn $name:ident($g:ident) $(given { $($setup:tt)* })? { $($body:tt)* }
     ) => {
@@ -73,29 +87,17 @@ macro_rules! attack_under {
             #[allow(unused_imports)]
             use super::*;
 
-            #[test]
-            fn runc() {
-                let $g = $crate::harness::Golem::new();
-                $($($setup)*)?
-                let witness = $crate::harness::HostWitness::take(&$g);
-                $($body)*
-                witness.assert_unchanged();
-                $g.assert_clean();
-            }
-
-            #[test]
-            fn $rt() {
-                let Some($g) = $crate::harness::Golem::under(stringify!($rt)) else {
-                    return;
-                };
-                $($($setup)*)?
-                let witness = $crate::harness::HostWitness::take(&$g);
-                $($body)*
-                witness.assert_unchanged();
-                $g.assert_clean();
-            }
+            $crate::harness::attack_under!(@one runc, Some($crate::harness::Golem::new()), $g,
+                { $($($setup)*)? }, { $($body)* });
+            $crate::harness::attack_under!(@each [$($rt),+] $g, { $($($setup)*)? }, { $($body)* });
         }
     };
+    (@each [$rt:ident $(, $more:ident)*] $g:ident, $setup:tt, $body:tt) => {
+        $crate::harness::attack_under!(@one $rt,
+            $crate::harness::Golem::under(stringify!($rt)), $g, $setup, $body);
+        $crate::harness::attack_under!(@each [$($more),*] $g, $setup, $body);
+    };
+    (@each [] $g:ident, $setup:tt, $body:tt) => {};
 }
 pub(crate) use attack_under;
 
@@ -109,6 +111,9 @@ pub(crate) struct Golem {
     /// The OCI runtime every `run`/`batch` of this user asks for (`--runtime`), when not the
     /// engine's default.
     pub(crate) runtime: Option<String>,
+    /// The engine this user's golem-orch talks to (`DOCKER_HOST`), when not the default one:
+    /// Podman's service for `attack_under! { [.., podman] }`.
+    pub(crate) docker_host: Option<String>,
 }
 
 impl Golem {
@@ -123,6 +128,7 @@ impl Golem {
             home,
             _home_dir: home_dir,
             runtime: None,
+            docker_host: None,
         }
     }
 
@@ -130,6 +136,14 @@ impl Golem {
     /// not have it. With `CI` set a missing runtime fails the test instead: CI installs it
     /// (`.ci/runtimes.sh`), so its absence there is a broken setup, not a reason to skip.
     pub(crate) fn under(runtime: &str) -> Option<Golem> {
+        if runtime == "podman" {
+            let host = podman::podman_host()?;
+            podman::podman_images(&host);
+            let mut g = Golem::new();
+            engine_of(&g.home, Some(&host));
+            g.docker_host = Some(host);
+            return Some(g);
+        }
         let registered = docker_lines(&["info", "--format", "{{json .Runtimes}}"])
             .join("")
             .contains(&format!("\"{runtime}\""));
@@ -153,6 +167,9 @@ impl Golem {
         S: AsRef<std::ffi::OsStr>,
     {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_golem-orch"));
+        if let Some(host) = &self.docker_host {
+            cmd.env("DOCKER_HOST", host);
+        }
         cmd.current_dir(self.project.path())
             .env("GOLEM_HOME", &self.home)
             .env_remove("GOLEM_POLICY_DIR")
@@ -246,14 +263,17 @@ impl Golem {
     /// Worker containers of this test running right now, as the engine sees them.
     pub(crate) fn running_workers(&self) -> usize {
         let label = format!("label=golem.home={}", self.home.display());
-        docker_lines(&[
-            "ps",
-            "-q",
-            "--filter",
-            &label,
-            "--filter",
-            "label=golem.role=worker",
-        ])
+        docker_lines_at(
+            self.docker_host.as_deref(),
+            &[
+                "ps",
+                "-q",
+                "--filter",
+                &label,
+                "--filter",
+                "label=golem.role=worker",
+            ],
+        )
         .len()
     }
 
@@ -278,31 +298,61 @@ impl Drop for Golem {
 /// the `/workspace` overlay volume, which the last session of a project using it removes. (The
 /// output is a tmpfs, never a volume.)
 pub(crate) fn engine_resources(home: &Path) -> Vec<String> {
+    let host = engine_of(home, None);
     let label = format!("label=golem.home={}", home.display());
-    let mut found = docker_lines(&["ps", "-aq", "--filter", &label]);
-    found.extend(docker_lines(&["volume", "ls", "-q", "--filter", &label]));
+    let mut found = docker_lines_at(host.as_deref(), &["ps", "-aq", "--filter", &label]);
+    found.extend(docker_lines_at(
+        host.as_deref(),
+        &["volume", "ls", "-q", "--filter", &label],
+    ));
     found
+}
+
+/// The engine a state directory's sessions run in (`DOCKER_HOST`), recorded when `set`; so the
+/// engine checks that take only a state directory look in the right engine.
+fn engine_of(home: &Path, set: Option<&str>) -> Option<String> {
+    static HOSTS: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+    let mut hosts = HOSTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(h) = set {
+        hosts.push((home.to_path_buf(), h.to_string()));
+    }
+    hosts
+        .iter()
+        .find(|(p, _)| p == home)
+        .map(|(_, h)| h.clone())
 }
 
 /// Force-removes everything labelled with `home` (cleanup after a failing test).
 pub(crate) fn remove_engine_resources(home: &Path) {
+    let host = engine_of(home, None);
+    let docker = |args: &[&str]| {
+        let mut cmd = Command::new("docker");
+        if let Some(h) = &host {
+            cmd.env("DOCKER_HOST", h);
+        }
+        let _ = cmd.args(args).output();
+    };
     let label = format!("label=golem.home={}", home.display());
-    for id in docker_lines(&["ps", "-aq", "--filter", &label]) {
-        let _ = Command::new("docker").args(["rm", "-fv", &id]).output();
+    for id in docker_lines_at(host.as_deref(), &["ps", "-aq", "--filter", &label]) {
+        docker(&["rm", "-fv", &id]);
     }
-    for v in docker_lines(&["volume", "ls", "-q", "--filter", &label]) {
-        let _ = Command::new("docker")
-            .args(["volume", "rm", "-f", &v])
-            .output();
+    for v in docker_lines_at(host.as_deref(), &["volume", "ls", "-q", "--filter", &label]) {
+        docker(&["volume", "rm", "-f", &v]);
     }
 }
 
 /// Runs the docker CLI and returns its non-empty output lines.
 pub(crate) fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI");
+    docker_lines_at(None, args)
+}
+
+/// [`docker_lines`] against the engine at `host` (`DOCKER_HOST`; `None`: the default).
+pub(crate) fn docker_lines_at(host: Option<&str>, args: &[&str]) -> Vec<String> {
+    let mut cmd = Command::new("docker");
+    if let Some(h) = host {
+        cmd.env("DOCKER_HOST", h);
+    }
+    let out = cmd.args(args).output().expect("docker CLI");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::trim)
