@@ -24,13 +24,17 @@ pub(crate) fn podman_host() -> Option<String> {
     let host = format!("unix://{}", socket.display());
     if !answers(&host) {
         let _ = std::fs::remove_file(&socket);
-        Command::new("podman")
-            .args(["system", "service", "--time", "60", &host])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+        // Started detached through a shell that exits at once: the service outlives no test
+        // run by more than its idle minute, and is never this process's child to reap.
+        let started = Command::new("sh")
+            .args([
+                "-c",
+                "podman system service --time 60 \"$0\" </dev/null >/dev/null 2>&1 &",
+                &host,
+            ])
+            .status()
             .expect("start podman system service");
+        assert!(started.success(), "podman system service did not start");
         let up = super::wait_until(Duration::from_secs(20), || answers(&host));
         assert!(up, "podman system service did not answer on {host}");
     }
