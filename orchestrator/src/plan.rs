@@ -521,6 +521,14 @@ impl ContainerPlan {
         argv
     }
 
+    /// Every tmpfs the container gets, the output's included, with its options: what the
+    /// engine is asked for and what the check after create expects, from one place.
+    pub fn tmpfs_mounts(&self) -> BTreeMap<String, String> {
+        let mut tmpfs = self.tmpfs.clone();
+        tmpfs.insert(self.output.target.clone(), self.output.mount_options());
+        tmpfs
+    }
+
     /// The container's entrypoint: the init, its limits, then the worker's argv. Docker's own
     /// entrypoint/cmd merge is not used, so what runs is exactly what the plan shows. `--pid1`
     /// makes the init refuse to start anything unless it really is PID 1.

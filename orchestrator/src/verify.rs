@@ -94,13 +94,6 @@ pub fn planned_mounts(plan: &ContainerPlan) -> Vec<EffectiveMount> {
     mounts
 }
 
-/// The tmpfs mounts the plan asks for, the output's included.
-pub fn planned_tmpfs(plan: &ContainerPlan) -> std::collections::BTreeMap<String, String> {
-    let mut tmpfs = plan.tmpfs.clone();
-    tmpfs.insert(plan.output.target.clone(), plan.output.mount_options());
-    tmpfs
-}
-
 /// The settings a faithful engine records for `plan` (what [`compare`] accepts exactly); the
 /// runtime is the plan's, or `runc` when it names none.
 pub fn expected(plan: &ContainerPlan) -> Effective {
@@ -122,7 +115,7 @@ pub fn expected(plan: &ContainerPlan) -> Effective {
         memory_swap: i64::try_from(plan.memory_bytes).unwrap_or(i64::MAX),
         nano_cpus: plan.nano_cpus,
         mounts: planned_mounts(plan),
-        tmpfs: planned_tmpfs(plan),
+        tmpfs: plan.tmpfs_mounts(),
         runtime: plan.runtime.clone().unwrap_or_else(|| "runc".into()),
         init: false,
         ipc_mode: "private".into(),

@@ -555,12 +555,7 @@ fn ulimits(plan: &ContainerPlan) -> Vec<ResourcesUlimits> {
 
 /// The worker's host config: every hardening flag and resource limit of the plan.
 fn host_config(plan: &ContainerPlan) -> HostConfig {
-    let mut tmpfs: HashMap<String, String> = plan
-        .tmpfs
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    tmpfs.insert(plan.output.target.clone(), plan.output.mount_options());
+    let tmpfs: HashMap<String, String> = plan.tmpfs_mounts().into_iter().collect();
     let no_network = plan.network == crate::policy::NetworkMode::None;
     HostConfig {
         network_mode: Some(plan.network.as_str().into()),
