@@ -32,8 +32,9 @@ use crate::plan::ContainerPlan;
 #[derive(Debug, Clone)]
 pub struct DockerEngine {
     docker: Docker,
-    /// Set by [`Engine::version`] (the first request `connect` makes) when Podman answers.
-    podman: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What [`Engine::version`] learned, asked once per process (the first request `connect`
+    /// makes): every session reads it (runtimes, unsafe defaults, Podman) without a round trip.
+    info: std::sync::Arc<std::sync::OnceLock<EngineInfo>>,
 }
 
 impl DockerEngine {
@@ -43,12 +44,12 @@ impl DockerEngine {
             Docker::connect_with_defaults().map_err(|e| EngineError::Unreachable(e.to_string()))?;
         Ok(DockerEngine {
             docker,
-            podman: Default::default(),
+            info: Default::default(),
         })
     }
 
     fn is_podman(&self) -> bool {
-        self.podman.load(std::sync::atomic::Ordering::SeqCst)
+        self.info.get().is_some_and(|i| i.name == PODMAN)
     }
 }
 
@@ -142,6 +143,9 @@ fn label_filters(labels: &[String]) -> HashMap<&str, Vec<&str>> {
 impl Engine for DockerEngine {
     fn version(&self) -> EngineFuture<'_, EngineInfo> {
         Box::pin(async move {
+            if let Some(info) = self.info.get() {
+                return Ok(info.clone());
+            }
             let v = self
                 .docker
                 .version()
@@ -159,14 +163,12 @@ impl Engine for DockerEngine {
                 .and_then(|c| c.into_iter().next())
                 .map(|c| c.name)
                 .unwrap_or_default();
-            self.podman
-                .store(name == PODMAN, std::sync::atomic::Ordering::SeqCst);
             let mut runtimes: Vec<String> = info
                 .runtimes
                 .map(|r| r.into_keys().collect())
                 .unwrap_or_default();
             runtimes.sort();
-            Ok(EngineInfo {
+            let info = EngineInfo {
                 version: v.version.unwrap_or_default(),
                 platform: format!(
                     "{}/{}",
@@ -178,7 +180,8 @@ impl Engine for DockerEngine {
                 runtimes,
                 default_runtime: info.default_runtime.unwrap_or_default(),
                 security_options: info.security_options.unwrap_or_default(),
-            })
+            };
+            Ok(self.info.get_or_init(|| info).clone())
         })
     }
 
@@ -831,9 +834,10 @@ mod tests {
             "Docker applies plans as they are"
         );
         assert_eq!(docker_plan, before);
-        engine
-            .podman
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = engine.info.set(EngineInfo {
+            name: PODMAN.into(),
+            ..EngineInfo::default()
+        });
         let mut p = plan();
         let replaced = engine.adapt(&mut p);
         let named: Vec<&str> = replaced.iter().map(|r| r.protection.as_str()).collect();

@@ -133,7 +133,7 @@ impl EngineError {
 }
 
 /// What `doctor` and the version check learned about the engine.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct EngineInfo {
     /// Engine version, e.g. `20.10.24`.
     pub version: String,
