@@ -185,16 +185,6 @@ impl Transcript {
         w.written = w.written.saturating_add(bytes.len() as u64);
         Ok(kept)
     }
-
-    /// Bytes written so far.
-    pub fn len(&self) -> u64 {
-        self.file.lock().unwrap_or_else(|p| p.into_inner()).written
-    }
-
-    /// Whether nothing has been written.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
