@@ -40,19 +40,19 @@ pub(crate) fn hostile_image() -> &'static str {
 /// [`hostile_image`] in the engine at `host` (`DOCKER_HOST`; `None`: the default engine), once
 /// per engine and test binary. The tag is the same everywhere.
 pub(crate) fn hostile_image_at(host: Option<&str>) -> &'static str {
-    static TAG: OnceLock<String> = OnceLock::new();
+    static BINARY: OnceLock<(Vec<u8>, String)> = OnceLock::new();
     static BUILT: std::sync::Mutex<Vec<Option<String>>> = std::sync::Mutex::new(Vec::new());
-    let tag = TAG.get_or_init(|| {
+    let (binary, tag) = BINARY.get_or_init(|| {
         let binary = build_static_hostile_worker();
-        format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary))
+        let tag = format!("{HOSTILE_REPOSITORY}:{}", content_tag(&binary));
+        (binary, tag)
     });
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let key = host.map(String::from);
     if !built.contains(&key) {
-        let binary = build_static_hostile_worker();
         let context = tempfile::tempdir().expect("context dir");
         let copy = context.path().join("hostile-worker");
-        std::fs::write(&copy, &binary).expect("copy hostile-worker");
+        std::fs::write(&copy, binary).expect("copy hostile-worker");
         std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("make hostile-worker executable");
         std::fs::write(
