@@ -82,7 +82,8 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     outln!("staged   {}  ({})", line(&m.id), status.word());
-    show_pushes(home, &id, &status, &m);
+    let printed = home.staged_prefixes();
+    show_pushes(home, &printed, &id, &status, &m);
     outln!("session  {}", line(&m.session));
     outln!("created  {}", line(&m.created_at));
     outln!("trust    {}", m.trust_level);
@@ -125,7 +126,7 @@ pub(super) fn show(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             home.session_prefixes().get(&m.session)
         );
     }
-    show_model(&stage, &id, home.staged_prefixes().get(&id), &m);
+    show_model(&stage, &id, printed.get(&id), &m);
     show_warnings(&m);
     Ok(ExitCode::SUCCESS)
 }
@@ -201,6 +202,7 @@ fn left<'m>(
 /// `show`'s pushes: each push (files, commit, branch, repository, remote), then what is left.
 fn show_pushes(
     home: &Home,
+    printed: &home::Prefixes,
     id: &str,
     status: &golem_orch::stage::Status,
     m: &golem_orch::stage::Manifest,
@@ -208,9 +210,9 @@ fn show_pushes(
     if let golem_orch::stage::Status::Merged { into, at } = status {
         outln!(
             "merged   into {}  ({}): push that combined commit (golem-orch show {})",
-            home.staged_prefixes().get(into),
+            printed.get(into),
             line(at),
-            home.staged_prefixes().get(into)
+            printed.get(into)
         );
         return;
     }
@@ -254,7 +256,7 @@ fn show_pushes(
             "left     {} of {} file(s) not pushed yet (golem-orch push {} pushes them)",
             rest.len(),
             m.files.len(),
-            home.staged_prefixes().get(id)
+            printed.get(id)
         );
     } else if !rest.is_empty() {
         outln!(
@@ -441,9 +443,11 @@ pub(super) fn push_cmd(
         } else {
             ""
         };
+        let printed = home.staged_prefixes();
+        let shown = printed.get(&id);
         outln!(
             "pushed {} as {} on {}{recovered}",
-            home.staged_prefixes().get(&id),
+            shown,
             line(pushed.commit.get(..12).unwrap_or(&pushed.commit)),
             line(&pushed.branch)
         );
@@ -452,7 +456,7 @@ pub(super) fn push_cmd(
                 "  {} file(s) pushed, {} left: golem-orch push {} pushes the rest",
                 pushed.files,
                 pushed.left,
-                home.staged_prefixes().get(&id)
+                shown
             );
         }
         if let Some(r) = &pushed.remote {
@@ -466,6 +470,8 @@ pub(super) fn push_cmd(
 pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Result<ExitCode> {
     let id = home::resolve_id(&home.staged_dir(), id, "staged commit")?;
     let stage = Stage::new(home.staged_dir());
+    let printed = home.staged_prefixes();
+    let shown = printed.get(&id);
     if !yes {
         let m = stage.manifest(&id)?;
         let pushed = stage.status(&id)?.pushed_files().len();
@@ -473,12 +479,12 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
             format!(
                 "discard the {} file(s) of {} not pushed yet ({pushed} already pushed stay)? [y/N]: ",
                 m.files.len().saturating_sub(pushed),
-                home.staged_prefixes().get(&id),
+                shown,
             )
         } else {
             format!(
                 "discard {} ({} file(s), {})? [y/N]: ",
-                home.staged_prefixes().get(&id),
+                shown,
                 m.files.len(),
                 present::human_bytes(m.bytes)
             )
@@ -500,12 +506,12 @@ pub(super) fn discard_cmd(home: &Home, id: &str, yes: bool, json: bool) -> Resul
     } else if done.already_pushed > 0 {
         outln!(
             "discarded the rest of {}: {} file(s) not pushed are discarded; the {} already pushed stay in their commits",
-            home.staged_prefixes().get(&id),
+            shown,
             done.discarded,
             done.already_pushed
         );
     } else {
-        outln!("discarded {}", home.staged_prefixes().get(&id));
+        outln!("discarded {shown}");
     }
     Ok(ExitCode::SUCCESS)
 }
