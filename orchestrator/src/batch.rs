@@ -669,8 +669,8 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     // The parts become merged before the combined commit exists, so no crash can leave a file
     // pushable twice (once in its part, once in the combined commit); a resume finds them merged
     // into this id and finishes the combined commit.
-    for (_, staged) in &parts {
-        if stage.status(staged)? == Status::Pending {
+    for (_, staged, pending) in &parts {
+        if *pending {
             let merged = Status::Merged {
                 into: id.clone(),
                 at: audit::now(),
@@ -690,7 +690,7 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     // Each part must be anchored like a push would require: a staging record with a valid MAC
     // in an intact chain, matching its manifest. Otherwise a forged part (or a batch record
     // pointing at one) would be laundered into a genuinely audited combined commit.
-    for (folder, staged) in &parts {
+    for (folder, staged, _) in &parts {
         let m = copy_part(&stage, &anchored, folder, staged, &files_dir, &mut combined)?;
         first.get_or_insert(m);
     }
@@ -708,8 +708,8 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
     Ok(Some(id))
 }
 
-/// The documents' staged commits that may go into the combined commit `id`: pending ones, and
-/// ones an interrupted merge already marked merged into `id`. A part pushed, discarded or
+/// The documents' staged commits that may go into the combined commit `id`, as `(folder, id,
+/// still pending)`: pending ones, and ones an interrupted merge already marked merged into `id`. A part pushed, discarded or
 /// merged elsewhere since (a cancelled batch's parts are listed and reviewable) is left out and
 /// audited, never copied: its files would otherwise be pushable twice or come back after a
 /// discard.
@@ -718,14 +718,14 @@ fn mergeable_parts(
     audit: &Audit,
     record: &Record,
     id: &str,
-) -> Result<Vec<(String, String)>, BatchError> {
+) -> Result<Vec<(String, String, bool)>, BatchError> {
     let mut parts = Vec::new();
     for d in &record.documents {
         let Some(staged) = &d.staged else { continue };
         match stage.status(staged)? {
-            Status::Pending => parts.push((d.folder.clone(), staged.clone())),
+            Status::Pending => parts.push((d.folder.clone(), staged.clone(), true)),
             Status::Merged { into, .. } if into == id => {
-                parts.push((d.folder.clone(), staged.clone()));
+                parts.push((d.folder.clone(), staged.clone(), false));
             }
             other => audit.record(
                 Some(staged),

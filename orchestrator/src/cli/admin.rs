@@ -270,7 +270,8 @@ fn runtime_check(p: &policy::Policy, info: &engine::EngineInfo) -> (bool, String
         .into_iter()
         .filter(|r| !info.runtimes.contains(r))
         .collect();
-    let own_missing = p.runtime.is_some() && !info.runtimes.iter().any(|r| r == own);
+    // The level's own runtime is among the ones it allows, so `missing` already says.
+    let own_missing = p.runtime.is_some() && missing.iter().any(|r| r == own);
     let detail = match (own_missing, missing.is_empty()) {
         (false, true) => format!("{own}; may choose {}", p.allowed_runtimes().join(", ")),
         (false, false) => format!(
