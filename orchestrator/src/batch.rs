@@ -192,6 +192,10 @@ pub struct Record {
     /// Links inside input folders, left out of the batch and never followed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<intake::Skipped>,
+    /// Documents whose staged commit was not merged into the combined one because it had been
+    /// pushed or discarded on its own meanwhile (`--stage-as-one`): `(source, its status)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<(String, String)>,
     /// The combined staged commit (`--stage-as-one`).
     pub staged: Option<String>,
 }
@@ -402,6 +406,7 @@ pub fn new_record(
         settings,
         documents,
         skipped,
+        left_out: Vec::new(),
         staged: None,
     }
 }
@@ -662,7 +667,8 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
         }
         std::fs::remove_dir_all(stage.dir(&id)).map_err(|e| record_err(&stage.dir(&id), e))?;
     }
-    let parts = mergeable_parts(&stage, audit, record, &id)?;
+    let (parts, left_out) = mergeable_parts(&stage, audit, record, &id)?;
+    record.left_out = left_out;
     if parts.is_empty() {
         return Ok(None);
     }
@@ -709,7 +715,8 @@ fn merge(home: &Home, audit: &Audit, record: &mut Record) -> Result<Option<Strin
 }
 
 /// The documents' staged commits that may go into the combined commit `id`, as `(folder, id,
-/// still pending)`: pending ones, and ones an interrupted merge already marked merged into `id`. A part pushed, discarded or
+/// still pending)`: pending ones, and ones an interrupted merge already marked merged into `id`;
+/// and the documents left out, as `(source, status)`. A part pushed, discarded or
 /// merged elsewhere since (a cancelled batch's parts are listed and reviewable) is left out and
 /// audited, never copied: its files would otherwise be pushable twice or come back after a
 /// discard.
@@ -718,8 +725,9 @@ fn mergeable_parts(
     audit: &Audit,
     record: &Record,
     id: &str,
-) -> Result<Vec<(String, String, bool)>, BatchError> {
+) -> Result<MergeableParts, BatchError> {
     let mut parts = Vec::new();
+    let mut left_out = Vec::new();
     for d in &record.documents {
         let Some(staged) = &d.staged else { continue };
         match stage.status(staged)? {
@@ -727,15 +735,21 @@ fn mergeable_parts(
             Status::Merged { into, .. } if into == id => {
                 parts.push((d.folder.clone(), staged.clone(), false));
             }
-            other => audit.record(
-                Some(staged),
-                "batch.part_left_out",
-                json!({ "staged": staged, "batch": id, "status": other.word() }),
-            )?,
+            other => {
+                audit.record(
+                    Some(staged),
+                    "batch.part_left_out",
+                    json!({ "staged": staged, "batch": id, "status": other.word() }),
+                )?;
+                left_out.push((d.source.clone(), other.word().to_string()));
+            }
         }
     }
-    Ok(parts)
+    Ok((parts, left_out))
 }
+
+/// What [`mergeable_parts`] finds: the parts to merge and the documents left out.
+type MergeableParts = (Vec<(String, String, bool)>, Vec<(String, String)>);
 
 /// Writes the batch's top index (see [`index`]) beside the document folders, under a name no
 /// folder takes, and adds it to the combined commit's files.
@@ -1201,6 +1215,17 @@ pub(crate) mod tests {
                 .word(),
             "discarded"
         );
+        // Not silently: the record and the combined index say which document is missing.
+        assert_eq!(
+            record.left_out,
+            [("s".to_string(), "discarded".to_string())]
+        );
+        let index = std::fs::read_to_string(stage.dir(&id).join("files").join("index.md")).unwrap();
+        assert!(
+            index.contains("a (left out: discarded on its own)"),
+            "{index}"
+        );
+        assert!(index.contains("1 staged in this commit"), "{index}");
         assert_eq!(
             stage
                 .status("bbbb0000bbbb0000bbbb0000bbbb0000")

@@ -33,7 +33,8 @@ pub(super) fn render(id: &str, record: &Record) -> String {
         .documents
         .iter()
         .filter(|d| d.staged.is_some())
-        .count();
+        .count()
+        .saturating_sub(record.left_out.len());
     let mut out = format!(
         "# Batch {}\n\n{} document(s); {staged} staged in this commit, a folder each.\n\n",
         crate::home::short(id),
@@ -41,9 +42,18 @@ pub(super) fn render(id: &str, record: &Record) -> String {
     );
     out.push_str("| Document | Folder | Status | Files |\n| --- | --- | --- | --- |\n");
     for d in &record.documents {
-        let folder = match &d.staged {
-            Some(_) => format!("[{}]({}/)", inline(&d.folder), link_target(&d.folder)),
-            None => format!("{} (not staged)", inline(&d.folder)),
+        let left_out = record
+            .left_out
+            .iter()
+            .find(|(source, _)| *source == d.source);
+        let folder = match (&d.staged, left_out) {
+            (Some(_), Some((_, status))) => format!(
+                "{} (left out: {} on its own)",
+                inline(&d.folder),
+                inline(status)
+            ),
+            (Some(_), None) => format!("[{}]({}/)", inline(&d.folder), link_target(&d.folder)),
+            (None, _) => format!("{} (not staged)", inline(&d.folder)),
         };
         let _ = writeln!(
             out,

@@ -96,7 +96,7 @@ fn report(home: &home::Home, record: &Record, json: bool) -> Result<ExitCode> {
     let summary = record.summary();
     if json {
         print_json(
-            &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents, "skipped": record.skipped }),
+            &json!({ "batch": record.id, "state": record.state, "staged": record.staged, "summary": summary, "documents": record.documents, "skipped": record.skipped, "left_out": record.left_out }),
         )?;
     } else {
         present::batch_summary(home, record);

@@ -150,6 +150,13 @@ pub(super) fn batch_summary(home: &Home, record: &Record) {
         );
     }
     high_warnings(record, &staged_ids, summary.high_warning_documents);
+    for (source, status) in &record.left_out {
+        outln!(
+            "  left out  {}  (already {} on its own: not in the combined commit)",
+            line(source),
+            line(status)
+        );
+    }
     if !record.skipped.is_empty() {
         outln!(
             "  skipped {} link(s) inside input folders (never followed; --strict refuses them)",
